@@ -1,0 +1,156 @@
+//! Layered configuration: embedded defaults, then a TOML file, then `WRIT_*`
+//! environment variables, then command-line flags (applied by `main`).
+
+use std::fmt;
+use std::path::Path;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// Every setting of a Writ process.
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `sqlite://PATH` or `postgres://...`.
+    pub database_url: String,
+    /// Address `writ serve` listens on.
+    pub bind: String,
+    /// Absolute URL clients use to reach Writ; defaults to `http://` + bind.
+    pub public_url: Option<String>,
+    /// `text` or `json` log lines.
+    pub log_format: String,
+    /// Largest page size of list routes; larger requests are clamped.
+    pub max_page_limit: u32,
+    /// SQLite `synchronous` pragma: `full` (default) or `normal`.
+    pub sqlite_synchronous: String,
+    /// Maximum pooled database connections.
+    pub max_connections: u32,
+    /// Sliding lifetime of a browser session, in seconds.
+    pub session_idle_seconds: i64,
+    /// Absolute cap on a browser session's lifetime, in seconds.
+    pub session_absolute_seconds: i64,
+    /// Lifetime of a form nonce, in seconds.
+    pub nonce_seconds: i64,
+    /// Failed logins for one login within `login_throttle_seconds` before
+    /// further attempts are refused.
+    pub login_throttle_failures: i64,
+    /// Window of the login throttle, in seconds.
+    pub login_throttle_seconds: i64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            database_url: "sqlite://writ.db".to_owned(),
+            bind: "127.0.0.1:3000".to_owned(),
+            public_url: None,
+            log_format: "text".to_owned(),
+            max_page_limit: 50,
+            sqlite_synchronous: "full".to_owned(),
+            max_connections: 16,
+            session_idle_seconds: 7 * 24 * 3600,
+            session_absolute_seconds: 30 * 24 * 3600,
+            nonce_seconds: 30 * 60,
+            login_throttle_failures: 5,
+            login_throttle_seconds: 15 * 60,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults, then `file` (if given), then `WRIT_*` environment variables.
+    pub fn load(file: Option<&Path>) -> Result<Config, figment::Error> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        figment
+            .merge(Env::prefixed("WRIT_").ignore(&["TOKEN", "TEST_POSTGRES_URL", "LOG"]))
+            .extract()
+    }
+
+    /// The public base URL without a trailing slash.
+    pub fn public_base(&self) -> String {
+        match &self.public_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => format!("http://{}", self.bind),
+        }
+    }
+
+    /// `scheme://host[:port]` of the public URL, the only origin forms accept.
+    pub fn public_origin(&self) -> String {
+        let base = self.public_base();
+        match base.find("://") {
+            Some(i) => match base[i + 3..].find('/') {
+                Some(j) => base[..i + 3 + j].to_owned(),
+                None => base,
+            },
+            None => base,
+        }
+    }
+
+    /// True when cookies must carry `Secure`.
+    pub fn public_is_https(&self) -> bool {
+        self.public_base().starts_with("https://")
+    }
+}
+
+/// Debug never prints credentials embedded in the database URL.
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("database_url", &redact_url(&self.database_url))
+            .field("bind", &self.bind)
+            .field("public_url", &self.public_url)
+            .field("log_format", &self.log_format)
+            .field("max_page_limit", &self.max_page_limit)
+            .field("sqlite_synchronous", &self.sqlite_synchronous)
+            .field("max_connections", &self.max_connections)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Replaces the password of `scheme://user:password@host` with `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let Some(at) = rest.find('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].find(':') {
+        Some(colon) => format!(
+            "{}://{}:***{}",
+            &url[..scheme_end],
+            &rest[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_password() {
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact_url("sqlite://writ.db"), "sqlite://writ.db");
+    }
+
+    #[test]
+    fn origin_of_public_url() {
+        let config = Config {
+            public_url: Some("https://writ.example/base/".into()),
+            ..Config::default()
+        };
+        assert_eq!(config.public_origin(), "https://writ.example");
+        assert_eq!(config.public_base(), "https://writ.example/base");
+    }
+}

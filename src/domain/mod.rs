@@ -1,0 +1,9 @@
+//! Pure rules: no IO, no async. Everything here is a function of its inputs.
+
+pub mod access;
+pub mod grant;
+pub mod ids;
+pub mod proposal;
+pub mod scope;
+pub mod text;
+pub mod time;

@@ -1,0 +1,111 @@
+//! The agent routes: list, get and confirm grants.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::segments;
+use crate::domain::ids::GrantId;
+use crate::domain::scope::Scope;
+use crate::http::auth::api_caller;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::http::json::strict_json;
+use crate::http::pagination::{link_headers, parse_list_query};
+use crate::service::agent::{self, Triple};
+use crate::service::view::GrantView;
+use crate::service::Ctx;
+
+/// `{"grant": {...}}`
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GrantEnvelope {
+    /// The grant.
+    pub grant: GrantView,
+}
+
+/// The confirm body: exactly the proposal triple.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmBody {
+    /// Must be `agent_work_grant.v1`.
+    #[schema(value_type = String)]
+    pub proposal_schema: Value,
+    /// Must be the JSON integer 1.
+    #[schema(value_type = i64)]
+    pub proposal_version: Value,
+    /// The digest the bot read: 64 lowercase hex.
+    #[schema(value_type = String)]
+    pub proposal_digest: Value,
+}
+
+type Triplet = (String, String, String);
+
+/// Lists the calling bot's grants.
+#[utoipa::path(get, path = "/api/v1/agent-work-grants", tag = "agent",
+    params(("page" = Option<u64>, Query, description = "1-based page"),
+           ("limit" = Option<i64>, Query, description = "page size, default 30, clamped to the maximum"),
+           ("state" = Option<String>, Query, description = "awaiting_agent, awaiting_human, active, revoked or all; default: all but revoked")),
+    responses((status = 200, body = [GrantView], headers(("X-Total-Count" = i64), ("Link" = String))),
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("token" = [])))]
+pub async fn list_grants(State(ctx): State<Ctx>, headers: HeaderMap, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+    let caller = api_caller(&ctx, &headers).await?;
+    caller.require_bot()?;
+    caller.require(&[Scope::ReadRepository])?;
+    let query = parse_list_query(query.as_deref(), u64::from(ctx.config.max_page_limit.max(1)))?;
+    let page = agent::list(&ctx, &caller, &query.params).await?;
+    let mut response = Json(page.items).into_response();
+    let base = format!("{}/api/v1/agent-work-grants", ctx.config.public_base());
+    link_headers(response.headers_mut(), &base, &query, page.total);
+    Ok(response)
+}
+
+/// Reads one of the calling bot's grants.
+#[utoipa::path(get, path = "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}", tag = "agent",
+    params(("owner" = String, Path), ("repo" = String, Path), ("grant_id" = i64, Path)),
+    responses((status = 200, body = GrantEnvelope), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("token" = [])))]
+pub async fn get_grant(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    path: Result<Path<Triplet>, PathRejection>,
+) -> Result<Json<GrantEnvelope>, ApiError> {
+    let caller = api_caller(&ctx, &headers).await?;
+    caller.require_bot()?;
+    caller.require(&[Scope::ReadRepository])?;
+    let (owner, repo, id) = segments(path)?;
+    let id = GrantId::parse(&id)?;
+    let grant = agent::get(&ctx, &caller, &owner, &repo, id).await?;
+    Ok(Json(GrantEnvelope { grant }))
+}
+
+/// Confirms the current proposal with its exact triple.
+#[utoipa::path(post, path = "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/confirm", tag = "agent",
+    params(("owner" = String, Path), ("repo" = String, Path), ("grant_id" = i64, Path)),
+    request_body = ConfirmBody,
+    responses((status = 200, body = GrantEnvelope), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+              (status = 413, body = ErrorBody)),
+    security(("token" = [])))]
+pub async fn confirm_grant(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    path: Result<Path<Triplet>, PathRejection>,
+    body: Body,
+) -> Result<Json<GrantEnvelope>, ApiError> {
+    let caller = api_caller(&ctx, &headers).await?;
+    caller.require_bot()?;
+    caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
+    let (owner, repo, id) = segments(path)?;
+    let id = GrantId::parse(&id)?;
+    let body: ConfirmBody = strict_json(&headers, body).await?;
+    let triple = Triple::parse(&body.proposal_schema, &body.proposal_version, &body.proposal_digest)?;
+    let grant = agent::confirm(&ctx, &caller, &owner, &repo, id, &triple).await?;
+    Ok(Json(GrantEnvelope { grant }))
+}

@@ -1,0 +1,69 @@
+//! The JSON API under `/api/v1`, and its OpenAPI document.
+
+pub mod admin;
+pub mod agent;
+
+use axum::Router;
+use axum::extract::rejection::PathRejection;
+use axum::extract::Path;
+use axum::routing::{delete, get, post, put};
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+use crate::http::error::ErrorBody;
+use crate::service::{Ctx, Error};
+
+/// The OpenAPI 3.1 document, generated from the handlers' annotations.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Writ", description = "The durable ledger of native agent work grants."),
+    paths(
+        agent::list_grants, agent::get_grant, agent::confirm_grant,
+        admin::create_user, admin::create_token, admin::revoke_token,
+        admin::create_repo, admin::put_collaborator, admin::delete_collaborator,
+    ),
+    components(schemas(ErrorBody)),
+    modifiers(&Security),
+    tags((name = "agent", description = "Routes for bot accounts (the MCP adapter's upstream)"),
+         (name = "admin", description = "Setup privilege"))
+)]
+pub struct ApiDoc;
+
+struct Security;
+
+impl utoipa::Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "token",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// Every `/api/v1` route.
+pub fn routes() -> Router<Ctx> {
+    Router::new()
+        .route("/api/v1/agent-work-grants", get(agent::list_grants))
+        .route("/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}", get(agent::get_grant))
+        .route("/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/confirm", post(agent::confirm_grant))
+        .route("/api/v1/admin/users", post(admin::create_user))
+        .route("/api/v1/admin/users/{login}/tokens", post(admin::create_token))
+        .route("/api/v1/admin/users/{login}/tokens/{token_id}", delete(admin::revoke_token))
+        .route("/api/v1/admin/repos", post(admin::create_repo))
+        .route(
+            "/api/v1/repos/{owner}/{repo}/collaborators/{login}",
+            put(admin::put_collaborator).delete(admin::delete_collaborator),
+        )
+        .route("/api/v1/openapi.json", get(openapi_json))
+}
+
+async fn openapi_json() -> axum::Json<utoipa::openapi::OpenApi> {
+    axum::Json(ApiDoc::openapi())
+}
+
+/// Path segments, decoded once by axum; undecodable ones are 400.
+pub fn segments<T>(path: Result<Path<T>, PathRejection>) -> Result<T, Error> {
+    path.map(|Path(p)| p)
+        .map_err(|_| Error::Invalid("a path segment is not valid".into()))
+}

@@ -1,0 +1,73 @@
+//! JSON error bodies `{message, code, url}` (plus `grant` on grant 409s).
+//! Internal errors are marked here and logged once, with the request id, by
+//! the `log_internal_errors` middleware.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::service::Error;
+use crate::service::view::GrantView;
+
+/// Where error codes are explained.
+pub const DOCS_URL: &str = "/docs/errors";
+
+/// An error answered as JSON on `/api/v1`.
+#[derive(Debug)]
+pub struct ApiError(pub Error);
+
+impl<E: Into<Error>> From<E> for ApiError {
+    fn from(err: E) -> ApiError {
+        ApiError(err.into())
+    }
+}
+
+/// The error body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// A sentence written by Writ, at most 512 bytes.
+    pub message: String,
+    /// Stable code, e.g. `proposal_mismatch`.
+    pub code: &'static str,
+    /// Documentation of the code.
+    pub url: String,
+    /// The grant's current state, on every 409 of a grant route.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grant: Option<GrantView>,
+}
+
+/// Marks a response whose cause must be logged as an internal error.
+#[derive(Clone, Debug)]
+pub struct InternalError(pub String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let err = self.0;
+        let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = ErrorBody {
+            message: err.message(),
+            code: err.code(),
+            url: format!("{DOCS_URL}#{}", err.code()),
+            grant: match &err {
+                Error::Refused { grant, .. } => Some((**grant).clone()),
+                _ => None,
+            },
+        };
+        let mut response = (status, Json(body)).into_response();
+        match err {
+            Error::Unauthenticated => {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"writ\", Basic realm=\"writ\""),
+                );
+            }
+            Error::Internal(cause) => {
+                response.extensions_mut().insert(InternalError(format!("{cause:#}")));
+            }
+            _ => {}
+        }
+        response
+    }
+}

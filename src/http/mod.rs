@@ -1,0 +1,138 @@
+//! Thin axum layers: JSON API, browser pages and forms, service endpoints,
+//! and the middleware every request passes (request id, tracing, metrics).
+
+pub mod api;
+pub mod auth;
+pub mod error;
+pub mod json;
+pub mod pagination;
+pub mod web;
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::service::Ctx;
+use error::InternalError;
+
+static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The whole application.
+pub fn router(ctx: Ctx) -> Router {
+    let metrics = prometheus();
+    Router::new()
+        .merge(api::routes())
+        .merge(web::routes())
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(move || async move { metrics.render() }))
+        .route("/docs/errors", get(error_docs))
+        .fallback(not_found)
+        .layer(middleware::from_fn(log_internal_errors))
+        .layer(middleware::from_fn(record_metrics))
+        .layer(CatchPanicLayer::custom(|_| {
+            error::ApiError(crate::service::Error::Internal(anyhow::anyhow!("handler panicked"))).into_response()
+        }))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                let route = req
+                    .extensions()
+                    .get::<MatchedPath>()
+                    .map(|p| p.as_str().to_owned())
+                    .unwrap_or_default();
+                let id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
+                tracing::info_span!("request", method = %req.method(), route, request_id = id)
+            }),
+        )
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
+        .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
+        .with_state(ctx)
+}
+
+/// The process-wide Prometheus recorder (installed once).
+fn prometheus() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (e.g. by an embedding
+            // program); the handle still renders what this one records.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+async fn readyz(State(ctx): State<Ctx>) -> Response {
+    if ctx.store.ready().await {
+        "ready".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "database unreachable or not migrated").into_response()
+    }
+}
+
+async fn not_found(req: Request) -> Response {
+    if req.uri().path().starts_with("/api/") {
+        error::ApiError(crate::service::Error::NotFound).into_response()
+    } else {
+        web::not_found_page()
+    }
+}
+
+async fn error_docs() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"))],
+        include_str!("../../templates/static/errors.html"),
+    )
+}
+
+/// Counts requests and their latency by method, matched route and status.
+async fn record_metrics(req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let method = req.method().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let response = next.run(req).await;
+    let status = response.status().as_u16().to_string();
+    let labels = [("method", method), ("route", route), ("status", status)];
+    metrics::counter!("http_requests_total", &labels).increment(1);
+    metrics::histogram!("http_request_duration_seconds", &labels).record(start.elapsed().as_secs_f64());
+    response
+}
+
+/// Logs an internal error once, with the request id, and answers only
+/// `internal error` plus that id.
+async fn log_internal_errors(req: Request, next: Next) -> Response {
+    let id = req
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let response = next.run(req).await;
+    let Some(InternalError(cause)) = response.extensions().get::<InternalError>().cloned() else {
+        return response;
+    };
+    tracing::error!(request_id = %id, error = %cause, "internal error");
+    let body = serde_json::json!({
+        "message": format!("internal error (request id {id})"),
+        "code": "internal",
+        "url": format!("{}#internal", error::DOCS_URL),
+        "request_id": id,
+    });
+    (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(body)).into_response()
+}

@@ -1,0 +1,55 @@
+//! Writ: the durable ledger of native agent work grants.
+//!
+//! Layers point one way: [`http`] calls [`service`]; [`service`] calls
+//! [`domain`] (pure rules) and [`store`] (all SQL).
+
+pub mod config;
+pub mod domain;
+pub mod http;
+pub mod service;
+pub mod store;
+
+pub use config::Config;
+
+use service::Ctx;
+
+/// A Writ instance: configuration plus an open, migrated database.
+#[derive(Clone)]
+pub struct Writ {
+    ctx: Ctx,
+}
+
+impl Writ {
+    /// Connects to the configured database and applies pending migrations.
+    pub async fn open(config: Config) -> anyhow::Result<Writ> {
+        let store = store::Store::connect(&config).await?;
+        store.migrate().await?;
+        Ok(Writ {
+            ctx: Ctx::new(config, store),
+        })
+    }
+
+    /// The HTTP application: JSON API, browser pages, service endpoints.
+    pub fn router(&self) -> axum::Router {
+        http::router(self.ctx.clone())
+    }
+
+    /// Creates the first admin (a human) and returns its new `write:admin` token.
+    pub async fn bootstrap_admin(
+        &self,
+        login: &str,
+        password: Option<&str>,
+    ) -> anyhow::Result<String> {
+        Ok(service::admin::bootstrap(&self.ctx, login, password).await?)
+    }
+
+    /// The service context, for the CLI.
+    pub fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    /// Closes the database pool.
+    pub async fn close(&self) {
+        self.ctx.store.close().await;
+    }
+}

@@ -1,0 +1,273 @@
+//! `writ`: the command line. Serve, migrate, and the setup privilege.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+use writ::service::admin::{self, CollaboratorInput, NewRepoInput, NewTokenInput, NewUserInput, Setup};
+use writ::{Config, Writ};
+
+#[derive(Parser)]
+#[command(name = "writ", version, about = "The durable ledger of native agent work grants")]
+struct Cli {
+    /// TOML file with any setting (environment variables WRIT_* override it).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// sqlite://PATH or postgres://... (default sqlite://writ.db).
+    #[arg(long, global = true)]
+    database_url: Option<String>,
+    /// `text` or `json` log lines.
+    #[arg(long, global = true)]
+    log_format: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service.
+    Serve {
+        /// Listen address (default 127.0.0.1:3000).
+        #[arg(long)]
+        bind: Option<String>,
+        /// Public base URL (default http:// + bind).
+        #[arg(long)]
+        public_url: Option<String>,
+        /// Seed a small demo dataset when the database has no user.
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Apply pending migrations and exit.
+    Migrate,
+    /// Setup privilege on the database directly.
+    #[command(subcommand)]
+    Admin(AdminCommand),
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Create the first admin (a human) and print only its write:admin token.
+    Bootstrap {
+        #[arg(long)]
+        login: String,
+        #[arg(long)]
+        password: Option<String>,
+    },
+    /// Create a user.
+    User(UserArgs),
+    /// Create a token (printed once) or revoke one.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Create a repository.
+    Repo(RepoArgs),
+    /// Add, change or remove a collaborator.
+    #[command(subcommand)]
+    Collaborator(CollaboratorCommand),
+}
+
+#[derive(Args)]
+struct UserArgs {
+    #[arg(long)]
+    login: String,
+    /// human or bot
+    #[arg(long)]
+    kind: String,
+    #[arg(long)]
+    password: Option<String>,
+    #[arg(long)]
+    admin: bool,
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a token and print it.
+    Create {
+        #[arg(long)]
+        login: String,
+        #[arg(long)]
+        name: String,
+        /// Repeatable: read:repository, write:issue, ...
+        #[arg(long = "scope", required = true)]
+        scopes: Vec<String>,
+        #[arg(long)]
+        public_only: bool,
+        /// Repeatable owner/name the token is limited to.
+        #[arg(long = "repository")]
+        repositories: Vec<String>,
+    },
+    /// Revoke a token.
+    Revoke {
+        #[arg(long)]
+        login: String,
+        #[arg(long)]
+        id: i64,
+    },
+}
+
+#[derive(Args)]
+struct RepoArgs {
+    #[arg(long)]
+    owner: String,
+    #[arg(long)]
+    name: String,
+    #[arg(long)]
+    private: bool,
+    #[arg(long)]
+    require_distinct_approver: bool,
+}
+
+#[derive(Subcommand)]
+enum CollaboratorCommand {
+    /// Add or change a collaborator.
+    Set {
+        /// owner/name
+        #[arg(long)]
+        repo: String,
+        #[arg(long)]
+        login: String,
+        /// read, write or admin
+        #[arg(long)]
+        permission: String,
+    },
+    /// Remove a collaborator.
+    Remove {
+        #[arg(long)]
+        repo: String,
+        #[arg(long)]
+        login: String,
+    },
+}
+
+fn init_logging(format: &str) {
+    let filter = EnvFilter::try_from_env("WRIT_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let mut config = Config::load(cli.config.as_deref())?;
+    if let Some(url) = cli.database_url {
+        config.database_url = url;
+    }
+    if let Some(format) = cli.log_format {
+        config.log_format = format;
+    }
+    if let Command::Serve { bind, public_url, .. } = &cli.command {
+        if let Some(bind) = bind {
+            config.bind = bind.clone();
+        }
+        if let Some(url) = public_url {
+            config.public_url = Some(url.clone());
+        }
+    }
+    init_logging(&config.log_format);
+    match cli.command {
+        Command::Serve { demo, .. } => serve(config, demo).await,
+        Command::Migrate => {
+            let writ = Writ::open(config).await?;
+            writ.close().await;
+            eprintln!("migrations applied");
+            Ok(())
+        }
+        Command::Admin(cmd) => {
+            let writ = Writ::open(config).await?;
+            let result = run_admin(&writ, cmd).await;
+            writ.close().await;
+            result
+        }
+    }
+}
+
+async fn serve(config: Config, demo: bool) -> anyhow::Result<()> {
+    let bind = config.bind.clone();
+    let writ = Writ::open(config.clone()).await?;
+    if demo && let Some(info) = writ::service::demo::seed_if_empty(writ.ctx()).await? {
+        println!(
+            "Demo dataset created.\n  Log in at {}/user/login as {} / {}\n  Bot {} token: {}\n  Repository {} has grant #{} awaiting the bot's confirmation.",
+            config.public_base(),
+            info.login,
+            info.password,
+            info.bot,
+            info.bot_token,
+            info.repository,
+            info.grant_id
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(&bind).await?;
+    tracing::info!(address = %listener.local_addr()?, public_url = %config.public_base(), "writ ready, listening on {}", listener.local_addr()?);
+    axum::serve(listener, writ.router())
+        .with_graceful_shutdown(shutdown())
+        .await?;
+    writ.close().await;
+    Ok(())
+}
+
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
+    let ctx = writ.ctx();
+    match cmd {
+        AdminCommand::Bootstrap { login, password } => {
+            println!("{}", writ.bootstrap_admin(&login, password.as_deref()).await?);
+        }
+        AdminCommand::User(u) => {
+            let input = NewUserInput {
+                login: u.login,
+                kind: u.kind,
+                password: u.password,
+                is_admin: Some(u.admin),
+            };
+            let user = admin::create_user(ctx, Setup::Cli, input).await?;
+            println!("{}", serde_json::to_string(&user)?);
+        }
+        AdminCommand::Token(TokenCommand::Create { login, name, scopes, public_only, repositories }) => {
+            let input = NewTokenInput {
+                name,
+                scopes,
+                public_only: Some(public_only),
+                repositories: (!repositories.is_empty()).then_some(repositories),
+            };
+            println!("{}", admin::create_token(ctx, Setup::Cli, &login, input).await?.token);
+        }
+        AdminCommand::Token(TokenCommand::Revoke { login, id }) => {
+            admin::revoke_token(ctx, Setup::Cli, &login, id).await?;
+        }
+        AdminCommand::Repo(r) => {
+            let input = NewRepoInput {
+                owner: r.owner,
+                name: r.name,
+                private: r.private,
+                require_distinct_approver: Some(r.require_distinct_approver),
+            };
+            println!("{}", serde_json::to_string(&admin::create_repo(ctx, Setup::Cli, input).await?)?);
+        }
+        AdminCommand::Collaborator(CollaboratorCommand::Set { repo, login, permission }) => {
+            let (owner, name) = repo.split_once('/').ok_or_else(|| anyhow::anyhow!("--repo must be owner/name"))?;
+            admin::set_collaborator(ctx, Setup::Cli, owner, name, &login, CollaboratorInput { permission }).await?;
+        }
+        AdminCommand::Collaborator(CollaboratorCommand::Remove { repo, login }) => {
+            let (owner, name) = repo.split_once('/').ok_or_else(|| anyhow::anyhow!("--repo must be owner/name"))?;
+            admin::remove_collaborator(ctx, Setup::Cli, owner, name, &login).await?;
+        }
+    }
+    Ok(())
+}

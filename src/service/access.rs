@@ -1,0 +1,33 @@
+//! Repository visibility for a user, decided with `domain::access`.
+
+use super::{Error, Result};
+use crate::domain::access::{AccessFacts, Permission, effective_permission};
+use crate::store::Tx;
+use crate::store::repos::{self, RepoRow};
+
+/// The user's effective permission on a repository right now.
+pub async fn permission(tx: &mut Tx, repo: &RepoRow, user_id: i64) -> Result<Option<Permission>> {
+    let collaborator = repos::collaborator_permission(tx, repo.id, user_id)
+        .await?
+        .and_then(|p| Permission::parse(&p));
+    Ok(effective_permission(AccessFacts {
+        is_owner: repo.owner_id == user_id,
+        private: repo.private,
+        collaborator,
+    }))
+}
+
+/// The repository `owner/name` if the user can read it now; 404 otherwise,
+/// exactly as if it did not exist.
+pub async fn readable_repo(
+    tx: &mut Tx,
+    owner: &str,
+    name: &str,
+    user_id: i64,
+) -> Result<(RepoRow, Permission)> {
+    let repo = repos::repo_by_name(tx, owner, name)
+        .await?
+        .ok_or(Error::NotFound)?;
+    let perm = permission(tx, &repo, user_id).await?.ok_or(Error::NotFound)?;
+    Ok((repo, perm))
+}

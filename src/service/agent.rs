@@ -1,0 +1,226 @@
+//! The agent (bot) use cases: list, get and confirm grants.
+
+use serde_json::Value;
+
+use super::access::readable_repo;
+use super::auth::Caller;
+use super::view::GrantView;
+use super::{Ctx, Error, Result, now};
+use crate::domain::grant::{ConfirmOutcome, GrantFacts, GrantState, decide_confirm};
+use crate::domain::ids::{Digest, GrantId};
+use crate::domain::proposal::{SCHEMA, VERSION};
+use crate::domain::scope::Scope;
+use crate::domain::time::Timestamp;
+use crate::store::grants::{self, GrantFilter, GrantRow, NewGrantEvent};
+use crate::store::schema::Grants;
+use crate::store::{Tx, repos};
+
+/// The proposal triple a bot repeats to confirm or submit.
+#[derive(Debug, Clone)]
+pub struct Triple {
+    /// The digest the bot read.
+    pub digest: Digest,
+}
+
+impl Triple {
+    /// Validates the three raw JSON values: wrong JSON types are
+    /// `invalid_input`, another schema or version is `unsupported_proposal`.
+    pub fn parse(schema: &Value, version: &Value, digest: &Value) -> Result<Triple> {
+        let schema = schema
+            .as_str()
+            .ok_or_else(|| Error::Invalid("proposal_schema must be a string".into()))?;
+        let version_ok = version.is_i64() || version.is_u64();
+        if !version_ok {
+            return Err(Error::Invalid(
+                "proposal_version must be the JSON integer 1".into(),
+            ));
+        }
+        let digest = digest
+            .as_str()
+            .ok_or_else(|| Error::Invalid("proposal_digest must be a string".into()))?;
+        if schema != SCHEMA {
+            return Err(Error::UnsupportedProposal(
+                "proposal_schema must be agent_work_grant.v1",
+            ));
+        }
+        if version.as_i64() != Some(VERSION) {
+            return Err(Error::UnsupportedProposal("proposal_version must be 1"));
+        }
+        let digest = Digest::parse(digest).map_err(|e| Error::Invalid(e.to_string()))?;
+        Ok(Triple { digest })
+    }
+}
+
+/// Validated list parameters.
+#[derive(Debug, Clone)]
+pub struct ListParams {
+    /// 1-based page.
+    pub page: u64,
+    /// Effective page size (already defaulted and clamped).
+    pub limit: u64,
+    /// States to include.
+    pub states: Vec<&'static str>,
+}
+
+/// One page of a list and the total it was cut from.
+#[derive(Debug)]
+pub struct Page<T> {
+    /// The rows of this page.
+    pub items: Vec<T>,
+    /// Rows matching in total.
+    pub total: i64,
+}
+
+/// Lists the caller's grants on repositories it can read now and its token
+/// reaches, by id ascending.
+pub async fn list(ctx: &Ctx, caller: &Caller, params: &ListParams) -> Result<Page<GrantView>> {
+    caller.require_bot()?;
+    caller.require(&[Scope::ReadRepository])?;
+    let mut tx = ctx.store.read().await?;
+    let limited_ids = match &caller.reducer.repositories {
+        Some(names) => Some(resolve_repo_ids(&mut tx, names).await?),
+        None => None,
+    };
+    let filter = GrantFilter {
+        agent_id: Some(caller.user_id),
+        issuer_id: None,
+        repository_id: None,
+        readable_by: Some(caller.user_id),
+        public_only: caller.reducer.public_only,
+        repository_ids: limited_ids.as_deref(),
+        states: &params.states,
+    };
+    let total = grants::count_grants(&mut tx, &filter).await?;
+    let offset = (params.page - 1).saturating_mul(params.limit);
+    let rows = if (offset as i128) < total as i128 {
+        grants::list_grants(&mut tx, &filter, params.limit, offset).await?
+    } else {
+        Vec::new()
+    };
+    tx.commit().await?;
+    let items = rows
+        .iter()
+        .map(GrantView::from_row)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Page { items, total })
+}
+
+async fn resolve_repo_ids(tx: &mut Tx, names: &[String]) -> Result<Vec<i64>> {
+    let mut ids = Vec::with_capacity(names.len());
+    for full in names {
+        if let Some((owner, name)) = full.split_once('/')
+            && let Some(repo) = repos::repo_by_name(tx, owner, name).await?
+        {
+            ids.push(repo.id);
+        }
+    }
+    Ok(ids)
+}
+
+/// Finds the caller's grant on a repository it can read and its token
+/// reaches: 404 for a missing or unreadable repository and for another
+/// bot's grant, 403 when the reducer does not reach the repository.
+pub async fn locate(
+    tx: &mut Tx,
+    caller: &Caller,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    lock: bool,
+) -> Result<GrantRow> {
+    let (repo, _) = readable_repo(tx, owner, repo, caller.user_id).await?;
+    if !caller.reducer.reaches(&repo.full_name(), repo.private) {
+        return Err(Error::InsufficientScope("the token does not reach this repository"));
+    }
+    if lock && !grants::lock_grant(tx, id.0).await? {
+        return Err(Error::NotFound);
+    }
+    grants::grant_by_id(tx, id.0)
+        .await?
+        .filter(|g| g.repository_id == repo.id && g.agent_id == caller.user_id)
+        .ok_or(Error::NotFound)
+}
+
+/// Reads one of the caller's grants.
+pub async fn get(ctx: &Ctx, caller: &Caller, owner: &str, repo: &str, id: GrantId) -> Result<GrantView> {
+    caller.require_bot()?;
+    caller.require(&[Scope::ReadRepository])?;
+    let mut tx = ctx.store.read().await?;
+    let row = locate(&mut tx, caller, owner, repo, id, false).await?;
+    tx.commit().await?;
+    Ok(GrantView::from_row(&row)?)
+}
+
+/// The facts the domain judges a grant on.
+pub fn facts(row: &GrantRow) -> Result<GrantFacts<'_>> {
+    let state = GrantState::parse(&row.state)
+        .ok_or_else(|| Error::Internal(anyhow::anyhow!("stored state {:?}", row.state)))?;
+    Ok(GrantFacts {
+        state,
+        digest: &row.proposal_digest,
+        expires_at: row.expires_at.as_deref().and_then(Timestamp::parse_text),
+        submission_count: row.submission_count,
+        max_submissions: row.max_submissions,
+    })
+}
+
+/// Confirms the current proposal: `awaiting_agent` → `awaiting_human`; a
+/// retry with the same digest after that answers the grant unchanged.
+pub async fn confirm(
+    ctx: &Ctx,
+    caller: &Caller,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    triple: &Triple,
+) -> Result<GrantView> {
+    caller.require_bot()?;
+    caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
+    let at = now();
+    let mut tx = ctx.store.write().await?;
+    let row = locate(&mut tx, caller, owner, repo, id, true).await?;
+    match decide_confirm(&facts(&row)?, &triple.digest, at) {
+        Err(refusal) => Err(Error::refused(refusal, GrantView::from_row(&row)?)),
+        Ok(ConfirmOutcome::AlreadyConfirmed) => {
+            tx.commit().await?;
+            Ok(GrantView::from_row(&row)?)
+        }
+        Ok(ConfirmOutcome::Transition) => {
+            let text = at.to_text();
+            let revision = row.state_revision + 1;
+            let changed = grants::update_grant(
+                &mut tx,
+                row.id,
+                Some(row.state_revision),
+                vec![
+                    (Grants::State, GrantState::AwaitingHuman.as_str().into()),
+                    (Grants::StateRevision, revision.into()),
+                    (Grants::ConfirmedAt, text.clone().into()),
+                    (Grants::UpdatedAt, text.clone().into()),
+                ],
+            )
+            .await?;
+            if changed != 1 {
+                return Err(Error::Internal(anyhow::anyhow!("confirm lost its row lock")));
+            }
+            grants::insert_event(
+                &mut tx,
+                NewGrantEvent {
+                    grant_id: row.id,
+                    event: "confirmed",
+                    actor_id: caller.user_id,
+                    from_state: Some(&row.state),
+                    to_state: GrantState::AwaitingHuman.as_str(),
+                    state_revision: revision,
+                    proposal_digest: &row.proposal_digest,
+                    detail: None,
+                    at: &text,
+                },
+            )
+            .await?;
+            let updated = grants::grant_by_id(&mut tx, row.id).await?.ok_or(Error::NotFound)?;
+            tx.commit().await?;
+            Ok(GrantView::from_row(&updated)?)
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Who is calling: API tokens (stored only as SHA-256, compared in constant
+//! time) and human passwords (argon2id).
+
+use std::sync::OnceLock;
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use subtle::ConstantTimeEq;
+
+use super::{Ctx, Error, Result};
+use crate::domain::access::Reducer;
+use crate::domain::proposal::sha256_hex;
+use crate::domain::scope::{Scope, ScopeSet};
+use crate::store::principals;
+
+/// A credential as presented in `Authorization`.
+#[derive(Debug)]
+pub enum Credential<'a> {
+    /// `token <t>` or `Bearer <t>`.
+    Token(&'a str),
+    /// `Basic base64(login:<t>)`: the secret must be a token of that login.
+    Basic {
+        /// The claimed login.
+        login: &'a str,
+        /// The token.
+        secret: &'a str,
+    },
+}
+
+/// An authenticated API caller.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// User id.
+    pub user_id: i64,
+    /// Login.
+    pub login: String,
+    /// True for bot accounts.
+    pub is_bot: bool,
+    /// Site administrator.
+    pub is_admin: bool,
+    /// The token used.
+    pub token_id: i64,
+    /// The token's scopes.
+    pub scopes: ScopeSet,
+    /// The token's resource reducer.
+    pub reducer: Reducer,
+}
+
+impl Caller {
+    /// Refuses unless the token grants every scope in `needed`.
+    pub fn require(&self, needed: &[Scope]) -> Result<()> {
+        match needed.iter().find(|s| !self.scopes.grants(**s)) {
+            Some(missing) => Err(Error::InsufficientScope(missing.as_str())),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses human callers on bot-only routes.
+    pub fn require_bot(&self) -> Result<()> {
+        if self.is_bot { Ok(()) } else { Err(Error::AgentOnly) }
+    }
+
+    /// Refuses unless this is a site admin's token with `scope`.
+    pub fn require_admin(&self, scope: Scope) -> Result<()> {
+        if !self.is_admin {
+            return Err(Error::Forbidden("this route needs the setup privilege"));
+        }
+        self.require(&[scope])
+    }
+}
+
+/// Resolves a credential to its caller, or 401.
+pub async fn authenticate(ctx: &Ctx, credential: Credential<'_>) -> Result<Caller> {
+    let (secret, login) = match credential {
+        Credential::Token(t) => (t, None),
+        Credential::Basic { login, secret } => (secret, Some(login)),
+    };
+    if secret.is_empty() || secret.len() > 256 {
+        return Err(Error::Unauthenticated);
+    }
+    let hash = sha256_hex(secret.as_bytes());
+    let mut tx = ctx.store.read().await?;
+    let row = principals::token_by_hash(&mut tx, &hash).await?;
+    tx.commit().await?;
+    let row = row.ok_or(Error::Unauthenticated)?;
+    if !bool::from(row.token_hash.as_bytes().ct_eq(hash.as_bytes())) {
+        return Err(Error::Unauthenticated);
+    }
+    if login.is_some_and(|l| !l.eq_ignore_ascii_case(&row.login)) {
+        return Err(Error::Unauthenticated);
+    }
+    let scopes = ScopeSet::parse(row.scopes.split_whitespace())
+        .map_err(|e| Error::Internal(anyhow::anyhow!("stored scopes: {e}")))?;
+    let repositories = match &row.repositories {
+        Some(json) => Some(
+            serde_json::from_str::<Vec<String>>(json)
+                .map_err(|e| Error::Internal(anyhow::anyhow!("stored reducer: {e}")))?,
+        ),
+        None => None,
+    };
+    Ok(Caller {
+        user_id: row.user_id,
+        login: row.login,
+        is_bot: row.kind == "bot",
+        is_admin: row.is_admin,
+        token_id: row.token_id,
+        scopes,
+        reducer: Reducer {
+            public_only: row.public_only,
+            repositories,
+        },
+    })
+}
+
+/// Hashes a password with argon2id and a random salt (PHC string).
+pub fn hash_password(password: &str) -> anyhow::Result<String> {
+    let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>())
+        .map_err(|e| anyhow::anyhow!("salt: {e}"))?;
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| anyhow::anyhow!("argon2: {e}"))
+}
+
+/// Verifies a password; with no stored hash it still spends one argon2
+/// verification so that unknown logins and bots take as long as a wrong
+/// password.
+pub fn verify_password(stored: Option<&str>, password: &str) -> bool {
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    let dummy = DUMMY.get_or_init(|| hash_password("writ-timing-equalizer").unwrap_or_default());
+    let (phc, real) = match stored {
+        Some(s) => (s, true),
+        None => (dummy.as_str(), false),
+    };
+    let ok = PasswordHash::new(phc)
+        .map(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+        .unwrap_or(false);
+    ok && real
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords() {
+        let h = hash_password("pw").unwrap();
+        assert!(h.starts_with("$argon2id$"));
+        assert!(verify_password(Some(&h), "pw"));
+        assert!(!verify_password(Some(&h), "nope"));
+        assert!(!verify_password(None, "writ-timing-equalizer"));
+    }
+}

@@ -1,0 +1,369 @@
+//! The human use cases behind the browser forms: prepare, edit, approve and
+//! withdraw. Each consumes its nonce in the same transaction as the change,
+//! and every change to an existing grant is a compare-and-swap on
+//! `state_revision`.
+
+use sea_query::Value;
+
+use super::access::readable_repo;
+use super::agent::facts;
+use super::sessions::{SessionUser, WebSession, consume_nonce};
+use super::view::GrantView;
+use super::{Ctx, Error, Result, now};
+use crate::domain::access::Permission;
+use crate::domain::grant::{GrantState, HumanEvent, Refusal, human_transition};
+use crate::domain::ids::{GrantId, parse_positive_i64};
+use crate::domain::proposal::{
+    Limits, MAX_SUBMISSIONS_LIMIT, McpRequirement, Proposal, ProposalAgent, ProposalRepository,
+    SCHEMA, VERSION, validate_requirements,
+};
+use crate::domain::text::check_text;
+use crate::domain::time::Timestamp;
+use crate::store::grants::{self, GrantRow, NewGrant, NewGrantEvent};
+use crate::store::repos::RepoRow;
+use crate::store::schema::Grants;
+use crate::store::{Tx, principals};
+
+/// Longest task or summary accepted, in bytes.
+pub const TEXT_MAX_BYTES: usize = 64 * 1024;
+
+/// The prepare/edit fields as posted.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct GrantForm {
+    /// Bot login.
+    #[serde(default)]
+    pub agent: String,
+    /// What to do.
+    #[serde(default)]
+    pub task: String,
+    /// Short description.
+    #[serde(default)]
+    pub summary: String,
+    /// Positive integer, default 10.
+    #[serde(default)]
+    pub max_submissions: String,
+    /// RFC 3339, optional.
+    #[serde(default)]
+    pub expires_at: String,
+    /// JSON array as text, optional.
+    #[serde(default)]
+    pub mcp_requirements: String,
+}
+
+/// The prepare/edit fields once validated.
+#[derive(Debug, Clone)]
+pub struct GrantInput {
+    agent: String,
+    task: String,
+    summary: String,
+    max_submissions: i64,
+    expires_at: Option<Timestamp>,
+    mcp_requirements: Vec<McpRequirement>,
+}
+
+impl GrantForm {
+    /// Validates every field; problems are 422 with a sentence naming the field.
+    pub fn parse(&self, at: Timestamp) -> Result<GrantInput> {
+        let bad = |m: &str| Error::Unprocessable(m.to_owned());
+        if self.agent.trim().is_empty() {
+            return Err(bad("agent: choose the bot that will do the work"));
+        }
+        if self.task.trim().is_empty() {
+            return Err(bad("task: describe the work"));
+        }
+        check_text(&self.task, TEXT_MAX_BYTES).map_err(|m| bad(&format!("task: {m}")))?;
+        check_text(&self.summary, TEXT_MAX_BYTES).map_err(|m| bad(&format!("summary: {m}")))?;
+        let max_submissions = match self.max_submissions.trim() {
+            "" => 10,
+            raw => parse_positive_i64(raw)
+                .filter(|v| *v <= MAX_SUBMISSIONS_LIMIT)
+                .ok_or_else(|| bad("max_submissions: a whole number from 1 to 1000000"))?,
+        };
+        let expires_at = match self.expires_at.trim() {
+            "" => None,
+            raw => {
+                let t = Timestamp::parse_rfc3339(raw)
+                    .ok_or_else(|| bad("expires_at: an RFC 3339 time such as 2026-12-31T00:00:00Z"))?;
+                if t <= at {
+                    return Err(bad("expires_at: must be in the future"));
+                }
+                Some(t)
+            }
+        };
+        let mcp_requirements = match self.mcp_requirements.trim() {
+            "" => Vec::new(),
+            raw => {
+                let reqs: Vec<McpRequirement> = serde_json::from_str(raw)
+                    .map_err(|e| bad(&format!("mcp_requirements: not a valid requirement array ({e})")))?;
+                validate_requirements(&reqs).map_err(|m| bad(&format!("mcp_requirements: {m}")))?;
+                reqs
+            }
+        };
+        Ok(GrantInput {
+            agent: self.agent.trim().to_owned(),
+            task: self.task.clone(),
+            summary: self.summary.clone(),
+            max_submissions,
+            expires_at,
+            mcp_requirements,
+        })
+    }
+}
+
+fn signed_in(session: &WebSession) -> Result<&SessionUser> {
+    session
+        .user
+        .as_ref()
+        .ok_or(Error::Forbidden("log in to do this"))
+}
+
+/// Builds the proposal for a grant id from validated input.
+fn build_proposal(grant_id: i64, repo: &RepoRow, agent: (i64, &str), input: &GrantInput) -> Proposal {
+    Proposal {
+        schema: SCHEMA.to_owned(),
+        version: VERSION,
+        grant_id,
+        repository: ProposalRepository {
+            id: repo.id,
+            full_name: repo.full_name(),
+        },
+        agent: ProposalAgent {
+            id: agent.0,
+            login: agent.1.to_owned(),
+        },
+        task: input.task.clone(),
+        summary: input.summary.clone(),
+        limits: Limits {
+            max_submissions: input.max_submissions,
+            expires_at: input.expires_at.map(|t| t.to_proposal_text()),
+        },
+        mcp_requirements: input.mcp_requirements.clone(),
+    }
+}
+
+async fn bot_named(tx: &mut Tx, login: &str) -> Result<(i64, String)> {
+    principals::user_by_login(tx, login)
+        .await?
+        .filter(|u| u.kind == "bot")
+        .map(|u| (u.id, u.login))
+        .ok_or_else(|| Error::Unprocessable("agent: not a bot account".into()))
+}
+
+fn proposal_values(p: &Proposal, input: &GrantInput) -> Vec<(Grants, Value)> {
+    vec![
+        (Grants::Proposal, p.canonical_json().into()),
+        (Grants::ProposalDigest, p.digest().as_str().into()),
+        (Grants::AgentId, p.agent.id.into()),
+        (Grants::MaxSubmissions, input.max_submissions.into()),
+        (Grants::ExpiresAt, input.expires_at.map(|t| t.to_text()).into()),
+    ]
+}
+
+/// Prepares a grant (`awaiting_agent`, revision 1); returns its id.
+pub async fn prepare(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str, repo: &str, form: &GrantForm) -> Result<i64> {
+    let user = signed_in(session)?;
+    let at = now();
+    let input = form.parse(at)?;
+    let mut tx = ctx.store.write().await?;
+    let (repo, perm) = readable_repo(&mut tx, owner, repo, user.id).await?;
+    consume_nonce(&mut tx, session.id, nonce, "prepare", &format!("repo:{}", repo.id)).await?;
+    let id = prepare_in(&mut tx, user.id, &repo, perm, &input, at).await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+/// The prepare step itself, inside the caller's transaction (the browser
+/// form, or the demo seed of the setup privilege).
+pub async fn prepare_in(tx: &mut Tx, issuer_id: i64, repo: &RepoRow, perm: Permission, input: &GrantInput, at: Timestamp) -> Result<i64> {
+    if perm < Permission::Write {
+        return Err(Error::Forbidden("preparing a grant needs write access to the repository"));
+    }
+    let agent = bot_named(tx, &input.agent).await?;
+    let text = at.to_text();
+    let id = grants::insert_grant(
+        tx,
+        NewGrant {
+            repository_id: repo.id,
+            agent_id: agent.0,
+            issuer_id,
+            max_submissions: input.max_submissions,
+            expires_at: None,
+            now: &text,
+        },
+    )
+    .await?;
+    let proposal = build_proposal(id, repo, (agent.0, &agent.1), input);
+    grants::update_grant(tx, id, None, proposal_values(&proposal, input)).await?;
+    record(tx, id, "prepared", issuer_id, None, GrantState::AwaitingAgent, 1, proposal.digest().as_str(), None, &text).await?;
+    Ok(id)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn record(
+    tx: &mut Tx,
+    grant_id: i64,
+    event: &str,
+    actor_id: i64,
+    from: Option<&str>,
+    to: GrantState,
+    revision: i64,
+    digest: &str,
+    detail: Option<&str>,
+    at: &str,
+) -> Result<()> {
+    grants::insert_event(
+        tx,
+        NewGrantEvent {
+            grant_id,
+            event,
+            actor_id,
+            from_state: from,
+            to_state: to.as_str(),
+            state_revision: revision,
+            proposal_digest: digest,
+            detail,
+            at,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// A grant located for a human form: the repository, the person's
+/// permission on it, and the grant locked for the change.
+struct Located {
+    repo: RepoRow,
+    perm: Permission,
+    grant: GrantRow,
+}
+
+async fn locate_for_form(
+    tx: &mut Tx,
+    session: &WebSession,
+    user: &SessionUser,
+    nonce: &str,
+    action: &str,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+) -> Result<Located> {
+    let (repo, perm) = readable_repo(tx, owner, repo, user.id).await?;
+    grants::lock_grant(tx, id.0).await?;
+    let grant = grants::grant_by_id(tx, id.0)
+        .await?
+        .filter(|g| g.repository_id == repo.id)
+        .ok_or(Error::NotFound)?;
+    consume_nonce(tx, session.id, nonce, action, &format!("grant:{}", grant.id)).await?;
+    Ok(Located { repo, perm, grant })
+}
+
+/// Checks the posted revision and the transition; returns the new state.
+fn judge(grant: &GrantRow, posted_revision: i64, event: HumanEvent) -> Result<GrantState> {
+    let view = || GrantView::from_row(grant);
+    if posted_revision != grant.state_revision {
+        return Err(Error::refused(Refusal::StateConflict, view()?));
+    }
+    let state = facts(grant)?.state;
+    human_transition(event, state).map_err(|r| match view() {
+        Ok(v) => Error::refused(r, v),
+        Err(e) => e.into(),
+    })
+}
+
+/// Parses the posted `state_revision`.
+pub fn parse_revision(raw: &str) -> Result<i64> {
+    parse_positive_i64(raw.trim()).ok_or_else(|| Error::Unprocessable("state_revision: missing or not a positive integer".into()))
+}
+
+async fn cas(tx: &mut Tx, grant: &GrantRow, mut values: Vec<(Grants, Value)>, to: GrantState, at: &str) -> Result<i64> {
+    let revision = grant.state_revision + 1;
+    values.push((Grants::State, to.as_str().into()));
+    values.push((Grants::StateRevision, revision.into()));
+    values.push((Grants::UpdatedAt, at.into()));
+    if grants::update_grant(tx, grant.id, Some(grant.state_revision), values).await? != 1 {
+        let current = grants::grant_by_id(tx, grant.id).await?.ok_or(Error::NotFound)?;
+        return Err(Error::refused(Refusal::StateConflict, GrantView::from_row(&current)?));
+    }
+    Ok(revision)
+}
+
+/// Edits a grant's proposal: back to `awaiting_agent`, confirmation cleared.
+#[allow(clippy::too_many_arguments)]
+pub async fn edit(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str, repo: &str, id: GrantId, revision: i64, form: &GrantForm) -> Result<()> {
+    let user = signed_in(session)?;
+    let at = now();
+    let input = form.parse(at)?;
+    let mut tx = ctx.store.write().await?;
+    let l = locate_for_form(&mut tx, session, user, nonce, "edit", owner, repo, id).await?;
+    if l.grant.issuer_id != user.id && l.perm < Permission::Admin {
+        return Err(Error::Forbidden("only the issuer or a repository admin can edit this grant"));
+    }
+    let to = judge(&l.grant, revision, HumanEvent::Edit)?;
+    let agent = bot_named(&mut tx, &input.agent).await?;
+    let proposal = build_proposal(l.grant.id, &l.repo, (agent.0, &agent.1), &input);
+    let mut values = proposal_values(&proposal, &input);
+    values.push((Grants::ConfirmedAt, Option::<String>::None.into()));
+    let text = at.to_text();
+    let rev = cas(&mut tx, &l.grant, values, to, &text).await?;
+    record(&mut tx, l.grant.id, "edited", user.id, Some(&l.grant.state), to, rev, proposal.digest().as_str(), None, &text).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The admission seam of approval: the admission evaluation (admission.md)
+/// runs here, inside the approval transaction, and can refuse it. Until the
+/// catalog lands every package is admitted.
+async fn admit_at_approval(_tx: &mut Tx, _grant: &GrantRow, _acknowledged: bool) -> Result<()> {
+    Ok(())
+}
+
+/// Approves a confirmed grant: `awaiting_human` → `active`; repo admins only.
+#[allow(clippy::too_many_arguments)]
+pub async fn approve(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str, repo: &str, id: GrantId, revision: i64, acknowledged: bool) -> Result<()> {
+    let user = signed_in(session)?;
+    let at = now();
+    let mut tx = ctx.store.write().await?;
+    let l = locate_for_form(&mut tx, session, user, nonce, "approve", owner, repo, id).await?;
+    if l.perm < Permission::Admin {
+        return Err(Error::Forbidden("only a repository admin can approve a grant"));
+    }
+    if l.repo.require_distinct_approver && l.grant.issuer_id == user.id {
+        return Err(Error::Forbidden("this repository requires a second person: the issuer cannot approve"));
+    }
+    let to = judge(&l.grant, revision, HumanEvent::Approve)?;
+    admit_at_approval(&mut tx, &l.grant, acknowledged).await?;
+    let text = at.to_text();
+    let values = vec![
+        (Grants::ApproverId, user.id.into()),
+        (Grants::ApprovedAt, text.clone().into()),
+    ];
+    let rev = cas(&mut tx, &l.grant, values, to, &text).await?;
+    record(&mut tx, l.grant.id, "approved", user.id, Some(&l.grant.state), to, rev, &l.grant.proposal_digest, None, &text).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Withdraws a grant for good; issuer or repo admin.
+#[allow(clippy::too_many_arguments)]
+pub async fn withdraw(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str, repo: &str, id: GrantId, revision: i64, reason: &str) -> Result<()> {
+    let user = signed_in(session)?;
+    check_text(reason, 4096).map_err(|m| Error::Unprocessable(format!("reason: {m}")))?;
+    let reason = (!reason.trim().is_empty()).then(|| reason.to_owned());
+    let at = now();
+    let mut tx = ctx.store.write().await?;
+    let l = locate_for_form(&mut tx, session, user, nonce, "withdraw", owner, repo, id).await?;
+    if l.grant.issuer_id != user.id && l.perm < Permission::Admin {
+        return Err(Error::Forbidden("only the issuer or a repository admin can withdraw this grant"));
+    }
+    let to = judge(&l.grant, revision, HumanEvent::Withdraw)?;
+    let text = at.to_text();
+    let values = vec![
+        (Grants::RevokedAt, text.clone().into()),
+        (Grants::RevokedBy, user.id.into()),
+        (Grants::RevokeReason, reason.clone().into()),
+    ];
+    let rev = cas(&mut tx, &l.grant, values, to, &text).await?;
+    record(&mut tx, l.grant.id, "withdrawn", user.id, Some(&l.grant.state), to, rev, &l.grant.proposal_digest, reason.as_deref(), &text).await?;
+    tx.commit().await?;
+    Ok(())
+}

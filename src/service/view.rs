@@ -1,0 +1,213 @@
+//! The JSON shapes clients see, built from stored rows.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use utoipa::ToSchema;
+
+use crate::domain::proposal::{SCHEMA, VERSION};
+use crate::store::grants::GrantRow;
+use crate::store::principals::UserRow;
+use crate::store::repos::RepoRow;
+
+/// `{id, login}` of a user.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct UserRef {
+    /// User id.
+    pub id: i64,
+    /// Login.
+    pub login: String,
+}
+
+/// A repository as grant JSON shows it.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct RepoView {
+    /// Repository id.
+    pub id: i64,
+    /// Owner login.
+    pub owner: String,
+    /// Repository name.
+    pub name: String,
+    /// `owner/name`.
+    pub full_name: String,
+    /// Private repositories are readable only by owner and collaborators.
+    pub private: bool,
+}
+
+impl RepoView {
+    /// From a stored repository.
+    pub fn from_row(r: &RepoRow) -> RepoView {
+        RepoView {
+            id: r.id,
+            owner: r.owner_login.clone(),
+            name: r.name.clone(),
+            full_name: r.full_name(),
+            private: r.private,
+        }
+    }
+}
+
+/// Summary of the latest persisted admission evaluation.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AdmissionSummary {
+    /// Evaluation id.
+    pub evaluation_id: i64,
+    /// `approval` or `handoff`.
+    pub phase: String,
+    /// `allowed`, `warning` or `blocked`.
+    pub status: String,
+    /// Health snapshot the evaluation used.
+    pub snapshot_id: i64,
+    /// When it was evaluated.
+    pub evaluated_at: String,
+}
+
+/// The `grant` object of every grant response.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct GrantView {
+    /// Grant id.
+    pub id: i64,
+    /// The repository the work targets.
+    pub repository: RepoView,
+    /// The bot that may do the work.
+    pub agent: UserRef,
+    /// The human who prepared it.
+    pub issuer: UserRef,
+    /// The human who approved it.
+    pub approver: Option<UserRef>,
+    /// `awaiting_agent`, `awaiting_human`, `active` or `revoked`.
+    pub state: String,
+    /// Compare-and-swap counter of browser forms.
+    pub state_revision: i64,
+    /// Always `agent_work_grant.v1`.
+    pub proposal_schema: &'static str,
+    /// Always 1.
+    pub proposal_version: i64,
+    /// Lowercase hex SHA-256 of the proposal's RFC 8785 canonical JSON.
+    pub proposal_digest: String,
+    /// The exact object the digest covers.
+    #[schema(value_type = Object)]
+    pub proposal: Box<RawValue>,
+    /// Receipts so far.
+    pub submission_count: i64,
+    /// Creation time.
+    pub created_at: String,
+    /// Last change.
+    pub updated_at: String,
+    /// When the agent confirmed the current proposal.
+    pub confirmed_at: Option<String>,
+    /// When a human approved it.
+    pub approved_at: Option<String>,
+    /// When it was withdrawn.
+    pub revoked_at: Option<String>,
+    /// Who withdrew it.
+    pub revoked_by: Option<UserRef>,
+    /// Why, as written by that person.
+    pub revoke_reason: Option<String>,
+    /// Latest persisted admission evaluation.
+    pub admission: Option<AdmissionSummary>,
+}
+
+impl GrantView {
+    /// From a stored grant; fails only if the stored proposal is not JSON.
+    pub fn from_row(g: &GrantRow) -> anyhow::Result<GrantView> {
+        let user = |id: Option<i64>, login: &Option<String>| match (id, login) {
+            (Some(id), Some(login)) => Some(UserRef {
+                id,
+                login: login.clone(),
+            }),
+            _ => None,
+        };
+        Ok(GrantView {
+            id: g.id,
+            repository: RepoView {
+                id: g.repository_id,
+                owner: g.repo_owner.clone(),
+                name: g.repo_name.clone(),
+                full_name: format!("{}/{}", g.repo_owner, g.repo_name),
+                private: g.repo_private,
+            },
+            agent: UserRef {
+                id: g.agent_id,
+                login: g.agent_login.clone(),
+            },
+            issuer: UserRef {
+                id: g.issuer_id,
+                login: g.issuer_login.clone(),
+            },
+            approver: user(g.approver_id, &g.approver_login),
+            state: g.state.clone(),
+            state_revision: g.state_revision,
+            proposal_schema: SCHEMA,
+            proposal_version: VERSION,
+            proposal_digest: g.proposal_digest.clone(),
+            proposal: RawValue::from_string(g.proposal.clone())?,
+            submission_count: g.submission_count,
+            created_at: g.created_at.clone(),
+            updated_at: g.updated_at.clone(),
+            confirmed_at: g.confirmed_at.clone(),
+            approved_at: g.approved_at.clone(),
+            revoked_at: g.revoked_at.clone(),
+            revoked_by: user(g.revoked_by, &g.revoked_by_login),
+            revoke_reason: g.revoke_reason.clone(),
+            admission: None,
+        })
+    }
+}
+
+/// A user as the admin API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UserView {
+    /// User id.
+    pub id: i64,
+    /// Login.
+    pub login: String,
+    /// `human` or `bot`.
+    pub kind: String,
+    /// Site administrator.
+    pub is_admin: bool,
+    /// Creation time.
+    pub created_at: String,
+}
+
+impl UserView {
+    /// From a stored user.
+    pub fn from_row(u: &UserRow) -> UserView {
+        UserView {
+            id: u.id,
+            login: u.login.clone(),
+            kind: u.kind.clone(),
+            is_admin: u.is_admin,
+            created_at: u.created_at.clone(),
+        }
+    }
+}
+
+/// A repository as the admin API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RepoAdminView {
+    /// Repository id.
+    pub id: i64,
+    /// Owner login.
+    pub owner: String,
+    /// Name.
+    pub name: String,
+    /// `owner/name`.
+    pub full_name: String,
+    /// Private or public.
+    pub private: bool,
+    /// The approver must not be the issuer.
+    pub require_distinct_approver: bool,
+}
+
+/// A freshly created token, shown this once.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct NewTokenView {
+    /// Token id.
+    pub id: i64,
+    /// Name.
+    pub name: String,
+    /// Granted scopes.
+    pub scopes: Vec<String>,
+    /// The token text; stored only as its SHA-256.
+    pub token: String,
+}

@@ -1,0 +1,342 @@
+//! Grants and their event timeline.
+
+use sea_query::{
+    Cond, Expr, ExprTrait, IntoCondition, JoinType, LockType, Order, Query, SelectStatement, Value,
+};
+
+use super::schema::{Collaborators, GrantEvents, Grants, Repositories, Users};
+use super::{StoreResult, Tx};
+
+/// A grant joined with every login and repository fact its JSON needs.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct GrantRow {
+    pub id: i64,
+    pub repository_id: i64,
+    pub repo_owner: String,
+    pub repo_name: String,
+    pub repo_private: bool,
+    pub agent_id: i64,
+    pub agent_login: String,
+    pub issuer_id: i64,
+    pub issuer_login: String,
+    pub approver_id: Option<i64>,
+    pub approver_login: Option<String>,
+    pub state: String,
+    pub state_revision: i64,
+    pub proposal: String,
+    pub proposal_digest: String,
+    pub max_submissions: i64,
+    pub expires_at: Option<String>,
+    pub submission_count: i64,
+    pub created_at: String,
+    pub updated_at: String,
+    pub confirmed_at: Option<String>,
+    pub approved_at: Option<String>,
+    pub revoked_at: Option<String>,
+    pub revoked_by: Option<i64>,
+    pub revoked_by_login: Option<String>,
+    pub revoke_reason: Option<String>,
+}
+
+fn select_grant() -> SelectStatement {
+    let g = Grants::Table;
+    let mut q = Query::select();
+    q.columns([
+        (g, Grants::Id),
+        (g, Grants::RepositoryId),
+        (g, Grants::AgentId),
+        (g, Grants::IssuerId),
+        (g, Grants::ApproverId),
+        (g, Grants::State),
+        (g, Grants::StateRevision),
+        (g, Grants::Proposal),
+        (g, Grants::ProposalDigest),
+        (g, Grants::MaxSubmissions),
+        (g, Grants::ExpiresAt),
+        (g, Grants::SubmissionCount),
+        (g, Grants::CreatedAt),
+        (g, Grants::UpdatedAt),
+        (g, Grants::ConfirmedAt),
+        (g, Grants::ApprovedAt),
+        (g, Grants::RevokedAt),
+        (g, Grants::RevokedBy),
+        (g, Grants::RevokeReason),
+    ])
+    .expr_as(Expr::col(("owner", Users::Login)), "repo_owner")
+    .expr_as(Expr::col((Repositories::Table, Repositories::Name)), "repo_name")
+    .expr_as(Expr::col((Repositories::Table, Repositories::Private)), "repo_private")
+    .expr_as(Expr::col(("agent", Users::Login)), "agent_login")
+    .expr_as(Expr::col(("issuer", Users::Login)), "issuer_login")
+    .expr_as(Expr::col(("approver", Users::Login)), "approver_login")
+    .expr_as(Expr::col(("revoker", Users::Login)), "revoked_by_login")
+    .from(g)
+    .inner_join(
+        Repositories::Table,
+        Expr::col((Repositories::Table, Repositories::Id)).equals((g, Grants::RepositoryId)),
+    );
+    for (alias, column, kind) in [
+        ("owner", None, JoinType::InnerJoin),
+        ("agent", Some(Grants::AgentId), JoinType::InnerJoin),
+        ("issuer", Some(Grants::IssuerId), JoinType::InnerJoin),
+        ("approver", Some(Grants::ApproverId), JoinType::LeftJoin),
+        ("revoker", Some(Grants::RevokedBy), JoinType::LeftJoin),
+    ] {
+        let on = match column {
+            Some(c) => Expr::col((alias, Users::Id)).equals((g, c)),
+            None => Expr::col((alias, Users::Id)).equals((Repositories::Table, Repositories::OwnerId)),
+        };
+        q.join_as(kind, Users::Table, alias, on);
+    }
+    q
+}
+
+/// Takes the grant's row lock (`FOR UPDATE` on PostgreSQL; on SQLite the
+/// `BEGIN IMMEDIATE` write transaction already serializes). True if it exists.
+pub async fn lock_grant(tx: &mut Tx, id: i64) -> StoreResult<bool> {
+    let q = Query::select()
+        .column(Grants::Id)
+        .from(Grants::Table)
+        .and_where(Expr::col(Grants::Id).eq(id))
+        .lock(LockType::Update)
+        .to_owned();
+    Ok(tx.fetch_optional::<(i64,)>(&q).await?.is_some())
+}
+
+/// Reads one grant.
+pub async fn grant_by_id(tx: &mut Tx, id: i64) -> StoreResult<Option<GrantRow>> {
+    let q = select_grant()
+        .and_where(Expr::col((Grants::Table, Grants::Id)).eq(id))
+        .to_owned();
+    tx.fetch_optional(&q).await
+}
+
+/// Which grants a list shows.
+pub struct GrantFilter<'a> {
+    /// Only grants whose agent is this bot.
+    pub agent_id: Option<i64>,
+    /// Only grants this human issued.
+    pub issuer_id: Option<i64>,
+    /// Only grants of this repository.
+    pub repository_id: Option<i64>,
+    /// Only grants on repositories this user can read now.
+    pub readable_by: Option<i64>,
+    /// Only grants on public repositories.
+    pub public_only: bool,
+    /// Only grants on these repository ids.
+    pub repository_ids: Option<&'a [i64]>,
+    /// Only these states.
+    pub states: &'a [&'a str],
+}
+
+fn filter_condition(f: &GrantFilter<'_>) -> Cond {
+    let mut cond = Cond::all();
+    if let Some(agent) = f.agent_id {
+        cond = cond.add(Expr::col((Grants::Table, Grants::AgentId)).eq(agent));
+    }
+    if let Some(issuer) = f.issuer_id {
+        cond = cond.add(Expr::col((Grants::Table, Grants::IssuerId)).eq(issuer));
+    }
+    if let Some(repo) = f.repository_id {
+        cond = cond.add(Expr::col((Grants::Table, Grants::RepositoryId)).eq(repo));
+    }
+    if let Some(user) = f.readable_by {
+        let member = Query::select()
+            .column(Collaborators::RepositoryId)
+            .from(Collaborators::Table)
+            .and_where(Expr::col(Collaborators::UserId).eq(user))
+            .to_owned();
+        cond = cond.add(
+            Cond::any()
+                .add(Expr::col((Repositories::Table, Repositories::Private)).eq(false))
+                .add(Expr::col((Repositories::Table, Repositories::OwnerId)).eq(user))
+                .add(Expr::col((Grants::Table, Grants::RepositoryId)).in_subquery(member)),
+        );
+    }
+    if f.public_only {
+        cond = cond.add(Expr::col((Repositories::Table, Repositories::Private)).eq(false));
+    }
+    if let Some(ids) = f.repository_ids {
+        cond = cond.add(Expr::col((Grants::Table, Grants::RepositoryId)).is_in(ids.iter().copied()));
+    }
+    cond.add(Expr::col((Grants::Table, Grants::State)).is_in(f.states.iter().copied()))
+}
+
+/// Counts the grants a filter matches.
+pub async fn count_grants(tx: &mut Tx, f: &GrantFilter<'_>) -> StoreResult<i64> {
+    let q = Query::select()
+        .expr(Expr::col((Grants::Table, Grants::Id)).count())
+        .from(Grants::Table)
+        .inner_join(
+            Repositories::Table,
+            Expr::col((Repositories::Table, Repositories::Id)).equals((Grants::Table, Grants::RepositoryId)),
+        )
+        .cond_where(filter_condition(f))
+        .to_owned();
+    Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
+}
+
+/// One page of the grants a filter matches, by id ascending.
+pub async fn list_grants(
+    tx: &mut Tx,
+    f: &GrantFilter<'_>,
+    limit: u64,
+    offset: u64,
+) -> StoreResult<Vec<GrantRow>> {
+    let q = select_grant()
+        .cond_where(filter_condition(f))
+        .order_by((Grants::Table, Grants::Id), Order::Asc)
+        .limit(limit)
+        .offset(offset)
+        .to_owned();
+    tx.fetch_all(&q).await
+}
+
+/// A freshly prepared grant (its proposal is written once the id is known).
+pub struct NewGrant<'a> {
+    pub repository_id: i64,
+    pub agent_id: i64,
+    pub issuer_id: i64,
+    pub max_submissions: i64,
+    pub expires_at: Option<String>,
+    pub now: &'a str,
+}
+
+/// Inserts a grant in `awaiting_agent`, revision 1, and returns its id.
+pub async fn insert_grant(tx: &mut Tx, g: NewGrant<'_>) -> StoreResult<i64> {
+    let q = Query::insert()
+        .into_table(Grants::Table)
+        .columns([
+            Grants::RepositoryId,
+            Grants::AgentId,
+            Grants::IssuerId,
+            Grants::State,
+            Grants::StateRevision,
+            Grants::Proposal,
+            Grants::ProposalDigest,
+            Grants::MaxSubmissions,
+            Grants::ExpiresAt,
+            Grants::CreatedAt,
+            Grants::UpdatedAt,
+        ])
+        .values_panic([
+            g.repository_id.into(),
+            g.agent_id.into(),
+            g.issuer_id.into(),
+            "awaiting_agent".into(),
+            1i64.into(),
+            "".into(),
+            "".into(),
+            g.max_submissions.into(),
+            g.expires_at.into(),
+            g.now.into(),
+            g.now.into(),
+        ])
+        .returning_col(Grants::Id)
+        .to_owned();
+    Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
+}
+
+/// Updates a grant; with `expected_revision` the update is a compare-and-swap
+/// on `state_revision`. Returns how many rows changed (0 means the CAS lost).
+pub async fn update_grant(
+    tx: &mut Tx,
+    id: i64,
+    expected_revision: Option<i64>,
+    values: Vec<(Grants, Value)>,
+) -> StoreResult<u64> {
+    let mut q = Query::update();
+    q.table(Grants::Table)
+        .values(values.into_iter().map(|(c, v)| (c, Expr::val(v))))
+        .and_where(Expr::col(Grants::Id).eq(id));
+    if let Some(rev) = expected_revision {
+        q.and_where(Expr::col(Grants::StateRevision).eq(rev));
+    }
+    tx.execute(&q).await
+}
+
+/// One entry of a grant's timeline.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct GrantEventRow {
+    pub id: i64,
+    pub grant_id: i64,
+    pub event: String,
+    pub actor_id: i64,
+    pub actor_login: String,
+    pub from_state: Option<String>,
+    pub to_state: String,
+    pub state_revision: i64,
+    pub proposal_digest: String,
+    pub detail: Option<String>,
+    pub at: String,
+}
+
+/// A timeline entry to append.
+pub struct NewGrantEvent<'a> {
+    pub grant_id: i64,
+    pub event: &'a str,
+    pub actor_id: i64,
+    pub from_state: Option<&'a str>,
+    pub to_state: &'a str,
+    pub state_revision: i64,
+    pub proposal_digest: &'a str,
+    pub detail: Option<&'a str>,
+    pub at: &'a str,
+}
+
+/// Appends a timeline entry.
+pub async fn insert_event(tx: &mut Tx, e: NewGrantEvent<'_>) -> StoreResult<()> {
+    let q = Query::insert()
+        .into_table(GrantEvents::Table)
+        .columns([
+            GrantEvents::GrantId,
+            GrantEvents::Event,
+            GrantEvents::ActorId,
+            GrantEvents::FromState,
+            GrantEvents::ToState,
+            GrantEvents::StateRevision,
+            GrantEvents::ProposalDigest,
+            GrantEvents::Detail,
+            GrantEvents::At,
+        ])
+        .values_panic([
+            e.grant_id.into(),
+            e.event.into(),
+            e.actor_id.into(),
+            e.from_state.into(),
+            e.to_state.into(),
+            e.state_revision.into(),
+            e.proposal_digest.into(),
+            e.detail.into(),
+            e.at.into(),
+        ])
+        .to_owned();
+    tx.execute(&q).await.map(|_| ())
+}
+
+/// A grant's timeline, oldest first.
+pub async fn events_of(tx: &mut Tx, grant_id: i64) -> StoreResult<Vec<GrantEventRow>> {
+    let e = GrantEvents::Table;
+    let q = Query::select()
+        .columns([
+            (e, GrantEvents::Id),
+            (e, GrantEvents::GrantId),
+            (e, GrantEvents::Event),
+            (e, GrantEvents::ActorId),
+            (e, GrantEvents::FromState),
+            (e, GrantEvents::ToState),
+            (e, GrantEvents::StateRevision),
+            (e, GrantEvents::ProposalDigest),
+            (e, GrantEvents::Detail),
+            (e, GrantEvents::At),
+        ])
+        .expr_as(Expr::col((Users::Table, Users::Login)), "actor_login")
+        .from(e)
+        .inner_join(
+            Users::Table,
+            Expr::col((Users::Table, Users::Id)).equals((e, GrantEvents::ActorId)).into_condition(),
+        )
+        .and_where(Expr::col((e, GrantEvents::GrantId)).eq(grant_id))
+        .order_by((e, GrantEvents::Id), Order::Asc)
+        .to_owned();
+    tx.fetch_all(&q).await
+}

@@ -1,0 +1,251 @@
+//! The only place with SQL. One implementation serves SQLite and PostgreSQL:
+//! queries are built once with sea-query and rendered for the backend chosen
+//! from the database URL; rows decode through `sqlx::FromRow` on both.
+
+pub mod grants;
+pub mod principals;
+pub mod repos;
+pub mod schema;
+pub mod sessions;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sea_query::{ExprTrait, PostgresQueryBuilder, SqliteQueryBuilder};
+use sea_query_sqlx::SqlxBinder;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{AssertSqlSafe, FromRow, PgPool, Postgres, Sqlite, SqlitePool, Transaction};
+
+use crate::config::Config;
+
+/// Database errors, as sqlx reports them.
+pub type StoreError = sqlx::Error;
+/// Result of a store call.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// Which engine a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded default.
+    Sqlite,
+    /// The production engine.
+    Postgres,
+}
+
+/// A connection pool to one of the two engines.
+#[derive(Clone, Debug)]
+pub enum Store {
+    /// SQLite (WAL, foreign keys, busy timeout, `BEGIN IMMEDIATE` writes).
+    Sqlite(SqlitePool),
+    /// PostgreSQL (row locks and constraints guard every invariant).
+    Postgres(PgPool),
+}
+
+/// A row type that decodes on both backends.
+pub trait BothRows: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin {}
+impl<T> BothRows for T where
+    T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{
+}
+
+impl Store {
+    /// Opens a pool for `config.database_url`, chosen by its scheme.
+    pub async fn connect(config: &Config) -> anyhow::Result<Store> {
+        let url = config.database_url.as_str();
+        if url.starts_with("sqlite:") {
+            let synchronous = match config.sqlite_synchronous.to_ascii_lowercase().as_str() {
+                "full" => SqliteSynchronous::Full,
+                "normal" => SqliteSynchronous::Normal,
+                "extra" => SqliteSynchronous::Extra,
+                other => anyhow::bail!("sqlite_synchronous must be full, normal or extra, not {other:?}"),
+            };
+            let options = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(synchronous)
+                .foreign_keys(true)
+                .busy_timeout(Duration::from_secs(10));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(Ord::max(config.max_connections, 2))
+                .connect_with(options)
+                .await?;
+            Ok(Store::Sqlite(pool))
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let options = PgConnectOptions::from_str(url)?;
+            let pool = PgPoolOptions::new()
+                .max_connections(Ord::max(config.max_connections, 2))
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(options)
+                .await?;
+            Ok(Store::Postgres(pool))
+        } else {
+            anyhow::bail!("database_url must start with sqlite:// or postgres://")
+        }
+    }
+
+    /// The engine behind this store.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Store::Sqlite(_) => Backend::Sqlite,
+            Store::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Applies the embedded migrations of this backend.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        match self {
+            Store::Sqlite(pool) => SQLITE_MIGRATIONS.run(pool).await?,
+            Store::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await?,
+        }
+        Ok(())
+    }
+
+    /// True when the database answers and every embedded migration is applied.
+    pub async fn ready(&self) -> bool {
+        let (migrator, mut tx) = match self.read().await {
+            Ok(tx) => (self.migrator(), tx),
+            Err(_) => return false,
+        };
+        let want = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+        let q = sea_query::Query::select()
+            .expr(sea_query::Func::max(sea_query::Expr::col("version")))
+            .from("_sqlx_migrations")
+            .and_where(sea_query::Expr::col("success").eq(true))
+            .to_owned();
+        matches!(tx.fetch_one::<(Option<i64>,)>(&q).await, Ok((Some(v),)) if v >= want)
+    }
+
+    fn migrator(&self) -> &'static sqlx::migrate::Migrator {
+        match self {
+            Store::Sqlite(_) => &SQLITE_MIGRATIONS,
+            Store::Postgres(_) => &POSTGRES_MIGRATIONS,
+        }
+    }
+
+    /// Begins a write transaction: `BEGIN IMMEDIATE` on SQLite, so the write
+    /// lock is taken up front and the read-decide-write inside is serialized.
+    pub async fn write(&self) -> StoreResult<Tx> {
+        Ok(match self {
+            Store::Sqlite(pool) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+            Store::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+        })
+    }
+
+    /// Begins a read transaction: one consistent snapshot for a whole answer.
+    pub async fn read(&self) -> StoreResult<Tx> {
+        Ok(match self {
+            Store::Sqlite(pool) => Tx::Sqlite(pool.begin().await?),
+            Store::Postgres(pool) => Tx::Postgres(pool.begin_with("BEGIN READ ONLY").await?),
+        })
+    }
+
+    /// Closes every pooled connection.
+    pub async fn close(&self) {
+        match self {
+            Store::Sqlite(pool) => pool.close().await,
+            Store::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+/// An open transaction on either backend.
+pub enum Tx {
+    /// SQLite transaction.
+    Sqlite(Transaction<'static, Sqlite>),
+    /// PostgreSQL transaction.
+    Postgres(Transaction<'static, Postgres>),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $q:ident, |$conn:ident, $sql:ident, $values:ident| $body:expr) => {
+        match $self {
+            Tx::Sqlite(tx) => {
+                let ($sql, $values) = $q.build_sqlx(SqliteQueryBuilder);
+                let $conn = &mut **tx;
+                $body
+            }
+            Tx::Postgres(tx) => {
+                let ($sql, $values) = $q.build_sqlx(PostgresQueryBuilder);
+                let $conn = &mut **tx;
+                $body
+            }
+        }
+    };
+}
+
+impl Tx {
+    /// The engine of this transaction.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Tx::Sqlite(_) => Backend::Sqlite,
+            Tx::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Runs a query expected to return at most one row.
+    pub async fn fetch_optional<T: BothRows>(
+        &mut self,
+        q: &impl SqlxBinder,
+    ) -> StoreResult<Option<T>> {
+        dispatch!(self, q, |conn, sql, values| {
+            sqlx::query_as_with(AssertSqlSafe(sql), values)
+                .fetch_optional(conn)
+                .await
+        })
+    }
+
+    /// Runs a query expected to return exactly one row.
+    pub async fn fetch_one<T: BothRows>(&mut self, q: &impl SqlxBinder) -> StoreResult<T> {
+        dispatch!(self, q, |conn, sql, values| {
+            sqlx::query_as_with(AssertSqlSafe(sql), values)
+                .fetch_one(conn)
+                .await
+        })
+    }
+
+    /// Runs a query and collects every row.
+    pub async fn fetch_all<T: BothRows>(&mut self, q: &impl SqlxBinder) -> StoreResult<Vec<T>> {
+        dispatch!(self, q, |conn, sql, values| {
+            sqlx::query_as_with(AssertSqlSafe(sql), values)
+                .fetch_all(conn)
+                .await
+        })
+    }
+
+    /// Runs a statement and returns the number of rows it touched.
+    pub async fn execute(&mut self, q: &impl SqlxBinder) -> StoreResult<u64> {
+        dispatch!(self, q, |conn, sql, values| {
+            Ok(sqlx::query_with(AssertSqlSafe(sql), values)
+                .execute(conn)
+                .await?
+                .rows_affected())
+        })
+    }
+
+    /// Commits; only after this returns may a 2xx be sent.
+    pub async fn commit(self) -> StoreResult<()> {
+        match self {
+            Tx::Sqlite(tx) => tx.commit().await,
+            Tx::Postgres(tx) => tx.commit().await,
+        }
+    }
+
+    /// Rolls back explicitly (dropping a `Tx` also rolls back).
+    pub async fn rollback(self) -> StoreResult<()> {
+        match self {
+            Tx::Sqlite(tx) => tx.rollback().await,
+            Tx::Postgres(tx) => tx.rollback().await,
+        }
+    }
+}
+
+/// True when `err` is a unique-constraint violation.
+pub fn is_unique_violation(err: &StoreError) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+}

@@ -1,0 +1,131 @@
+//! Table and column identifiers, one enum per table (`Table` is its name).
+
+use sea_query::Iden;
+
+/// `users`
+#[derive(Iden, Clone, Copy)]
+pub enum Users {
+    Table,
+    Id,
+    Login,
+    LowerLogin,
+    Kind,
+    IsAdmin,
+    PasswordHash,
+    CreatedAt,
+}
+
+/// `access_tokens`
+#[derive(Iden, Clone, Copy)]
+pub enum AccessTokens {
+    Table,
+    Id,
+    UserId,
+    Name,
+    TokenHash,
+    Scopes,
+    PublicOnly,
+    Repositories,
+    CreatedAt,
+    RevokedAt,
+}
+
+/// `repositories`
+#[derive(Iden, Clone, Copy)]
+pub enum Repositories {
+    Table,
+    Id,
+    OwnerId,
+    Name,
+    LowerName,
+    Private,
+    RequireDistinctApprover,
+    NextIssueIndex,
+    CreatedAt,
+}
+
+/// `collaborators`
+#[derive(Iden, Clone, Copy)]
+pub enum Collaborators {
+    Table,
+    RepositoryId,
+    UserId,
+    Permission,
+}
+
+/// `grants`
+#[derive(Iden, Clone, Copy)]
+pub enum Grants {
+    Table,
+    Id,
+    RepositoryId,
+    AgentId,
+    IssuerId,
+    ApproverId,
+    State,
+    StateRevision,
+    Proposal,
+    ProposalDigest,
+    MaxSubmissions,
+    ExpiresAt,
+    SubmissionCount,
+    CreatedAt,
+    UpdatedAt,
+    ConfirmedAt,
+    ApprovedAt,
+    RevokedAt,
+    RevokedBy,
+    RevokeReason,
+}
+
+/// `grant_events`
+#[derive(Iden, Clone, Copy)]
+pub enum GrantEvents {
+    Table,
+    Id,
+    GrantId,
+    Event,
+    ActorId,
+    FromState,
+    ToState,
+    StateRevision,
+    ProposalDigest,
+    Detail,
+    At,
+}
+
+/// `sessions`
+#[derive(Iden, Clone, Copy)]
+pub enum Sessions {
+    Table,
+    Id,
+    TokenHash,
+    UserId,
+    CreatedAt,
+    ExpiresAt,
+    AbsoluteExpiresAt,
+    RevokedAt,
+}
+
+/// `form_nonces`
+#[derive(Iden, Clone, Copy)]
+pub enum FormNonces {
+    Table,
+    Id,
+    SessionId,
+    NonceHash,
+    Action,
+    Target,
+    CreatedAt,
+    ExpiresAt,
+    UsedAt,
+}
+
+/// `login_failures`
+#[derive(Iden, Clone, Copy)]
+pub enum LoginFailures {
+    Table,
+    Id,
+    LowerLogin,
+    At,
+}
