@@ -60,7 +60,7 @@ impl Default for Config {
 
 impl Config {
     /// Defaults, then `file` (if given), then `WRIT_*` environment variables.
-    pub fn load(file: Option<&Path>) -> Result<Config, figment::Error> {
+    pub fn load(file: Option<&Path>) -> Result<Config, Box<figment::Error>> {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         if let Some(file) = file {
             figment = figment.merge(Toml::file_exact(file));
@@ -68,6 +68,7 @@ impl Config {
         figment
             .merge(Env::prefixed("WRIT_").ignore(&["TOKEN", "TEST_POSTGRES_URL", "LOG"]))
             .extract()
+            .map_err(Box::new)
     }
 
     /// The public base URL without a trailing slash.

@@ -4,11 +4,17 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
-use writ::service::admin::{self, CollaboratorInput, NewRepoInput, NewTokenInput, NewUserInput, Setup};
+use writ::service::admin::{
+    self, CollaboratorInput, NewRepoInput, NewTokenInput, NewUserInput, Setup,
+};
 use writ::{Config, Writ};
 
 #[derive(Parser)]
-#[command(name = "writ", version, about = "The durable ledger of native agent work grants")]
+#[command(
+    name = "writ",
+    version,
+    about = "The durable ledger of native agent work grants"
+)]
 struct Cli {
     /// TOML file with any setting (environment variables WRIT_* override it).
     #[arg(long, global = true)]
@@ -140,7 +146,9 @@ enum CollaboratorCommand {
 
 fn init_logging(format: &str) {
     let filter = EnvFilter::try_from_env("WRIT_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
     } else {
@@ -158,7 +166,10 @@ async fn main() -> anyhow::Result<()> {
     if let Some(format) = cli.log_format {
         config.log_format = format;
     }
-    if let Command::Serve { bind, public_url, .. } = &cli.command {
+    if let Command::Serve {
+        bind, public_url, ..
+    } = &cli.command
+    {
         if let Some(bind) = bind {
             config.bind = bind.clone();
         }
@@ -214,7 +225,8 @@ async fn shutdown() {
     };
     #[cfg(unix)]
     let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             s.recv().await;
         }
     };
@@ -227,7 +239,10 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
     let ctx = writ.ctx();
     match cmd {
         AdminCommand::Bootstrap { login, password } => {
-            println!("{}", writ.bootstrap_admin(&login, password.as_deref()).await?);
+            println!(
+                "{}",
+                writ.bootstrap_admin(&login, password.as_deref()).await?
+            );
         }
         AdminCommand::User(u) => {
             let input = NewUserInput {
@@ -239,14 +254,25 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
             let user = admin::create_user(ctx, Setup::Cli, input).await?;
             println!("{}", serde_json::to_string(&user)?);
         }
-        AdminCommand::Token(TokenCommand::Create { login, name, scopes, public_only, repositories }) => {
+        AdminCommand::Token(TokenCommand::Create {
+            login,
+            name,
+            scopes,
+            public_only,
+            repositories,
+        }) => {
             let input = NewTokenInput {
                 name,
                 scopes,
                 public_only: Some(public_only),
                 repositories: (!repositories.is_empty()).then_some(repositories),
             };
-            println!("{}", admin::create_token(ctx, Setup::Cli, &login, input).await?.token);
+            println!(
+                "{}",
+                admin::create_token(ctx, Setup::Cli, &login, input)
+                    .await?
+                    .token
+            );
         }
         AdminCommand::Token(TokenCommand::Revoke { login, id }) => {
             admin::revoke_token(ctx, Setup::Cli, &login, id).await?;
@@ -258,14 +284,33 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
                 private: r.private,
                 require_distinct_approver: Some(r.require_distinct_approver),
             };
-            println!("{}", serde_json::to_string(&admin::create_repo(ctx, Setup::Cli, input).await?)?);
+            println!(
+                "{}",
+                serde_json::to_string(&admin::create_repo(ctx, Setup::Cli, input).await?)?
+            );
         }
-        AdminCommand::Collaborator(CollaboratorCommand::Set { repo, login, permission }) => {
-            let (owner, name) = repo.split_once('/').ok_or_else(|| anyhow::anyhow!("--repo must be owner/name"))?;
-            admin::set_collaborator(ctx, Setup::Cli, owner, name, &login, CollaboratorInput { permission }).await?;
+        AdminCommand::Collaborator(CollaboratorCommand::Set {
+            repo,
+            login,
+            permission,
+        }) => {
+            let (owner, name) = repo
+                .split_once('/')
+                .ok_or_else(|| anyhow::anyhow!("--repo must be owner/name"))?;
+            admin::set_collaborator(
+                ctx,
+                Setup::Cli,
+                owner,
+                name,
+                &login,
+                CollaboratorInput { permission },
+            )
+            .await?;
         }
         AdminCommand::Collaborator(CollaboratorCommand::Remove { repo, login }) => {
-            let (owner, name) = repo.split_once('/').ok_or_else(|| anyhow::anyhow!("--repo must be owner/name"))?;
+            let (owner, name) = repo
+                .split_once('/')
+                .ok_or_else(|| anyhow::anyhow!("--repo must be owner/name"))?;
             admin::remove_collaborator(ctx, Setup::Cli, owner, name, &login).await?;
         }
     }

@@ -96,8 +96,14 @@ mod tests {
         assert_eq!(f(true, true, None), Some(Permission::Admin));
         assert_eq!(f(false, true, None), None);
         assert_eq!(f(false, false, None), Some(Permission::Read));
-        assert_eq!(f(false, true, Some(Permission::Read)), Some(Permission::Read));
-        assert_eq!(f(false, false, Some(Permission::Write)), Some(Permission::Write));
+        assert_eq!(
+            f(false, true, Some(Permission::Read)),
+            Some(Permission::Read)
+        );
+        assert_eq!(
+            f(false, false, Some(Permission::Write)),
+            Some(Permission::Write)
+        );
     }
 
     #[test]

@@ -207,7 +207,11 @@ mod tests {
             (HumanEvent::Edit, AwaitingHuman, Ok(AwaitingAgent)),
             (HumanEvent::Edit, Active, Err(Refusal::StateConflict)),
             (HumanEvent::Edit, Revoked, Err(Refusal::GrantRevoked)),
-            (HumanEvent::Approve, AwaitingAgent, Err(Refusal::StateConflict)),
+            (
+                HumanEvent::Approve,
+                AwaitingAgent,
+                Err(Refusal::StateConflict),
+            ),
             (HumanEvent::Approve, AwaitingHuman, Ok(Active)),
             (HumanEvent::Approve, Active, Err(Refusal::StateConflict)),
             (HumanEvent::Approve, Revoked, Err(Refusal::GrantRevoked)),
@@ -217,7 +221,11 @@ mod tests {
             (HumanEvent::Withdraw, Revoked, Err(Refusal::GrantRevoked)),
         ];
         for (event, from, want) in cases {
-            assert_eq!(human_transition(event, from), want, "{event:?} from {from:?}");
+            assert_eq!(
+                human_transition(event, from),
+                want,
+                "{event:?} from {from:?}"
+            );
         }
     }
 
@@ -225,17 +233,41 @@ mod tests {
     fn confirm_rules() {
         let good = Digest::parse(&"a".repeat(64)).unwrap();
         let other = Digest::parse(&"b".repeat(64)).unwrap();
-        assert_eq!(decide_confirm(&facts(AwaitingAgent), &good, now()), Ok(ConfirmOutcome::Transition));
-        assert_eq!(decide_confirm(&facts(AwaitingHuman), &good, now()), Ok(ConfirmOutcome::AlreadyConfirmed));
-        assert_eq!(decide_confirm(&facts(Active), &good, now()), Ok(ConfirmOutcome::AlreadyConfirmed));
-        assert_eq!(decide_confirm(&facts(Revoked), &good, now()), Err(Refusal::GrantRevoked));
-        assert_eq!(decide_confirm(&facts(Revoked), &other, now()), Err(Refusal::GrantRevoked));
-        assert_eq!(decide_confirm(&facts(AwaitingAgent), &other, now()), Err(Refusal::ProposalMismatch));
+        assert_eq!(
+            decide_confirm(&facts(AwaitingAgent), &good, now()),
+            Ok(ConfirmOutcome::Transition)
+        );
+        assert_eq!(
+            decide_confirm(&facts(AwaitingHuman), &good, now()),
+            Ok(ConfirmOutcome::AlreadyConfirmed)
+        );
+        assert_eq!(
+            decide_confirm(&facts(Active), &good, now()),
+            Ok(ConfirmOutcome::AlreadyConfirmed)
+        );
+        assert_eq!(
+            decide_confirm(&facts(Revoked), &good, now()),
+            Err(Refusal::GrantRevoked)
+        );
+        assert_eq!(
+            decide_confirm(&facts(Revoked), &other, now()),
+            Err(Refusal::GrantRevoked)
+        );
+        assert_eq!(
+            decide_confirm(&facts(AwaitingAgent), &other, now()),
+            Err(Refusal::ProposalMismatch)
+        );
         let mut expired = facts(AwaitingAgent);
         expired.expires_at = Some(now());
-        assert_eq!(decide_confirm(&expired, &good, now()), Err(Refusal::GrantExpired));
+        assert_eq!(
+            decide_confirm(&expired, &good, now()),
+            Err(Refusal::GrantExpired)
+        );
         expired.expires_at = Some(now().plus_seconds(1));
-        assert_eq!(decide_confirm(&expired, &good, now()), Ok(ConfirmOutcome::Transition));
+        assert_eq!(
+            decide_confirm(&expired, &good, now()),
+            Ok(ConfirmOutcome::Transition)
+        );
     }
 
     #[test]
@@ -243,13 +275,28 @@ mod tests {
         let good = Digest::parse(&"a".repeat(64)).unwrap();
         let other = Digest::parse(&"b".repeat(64)).unwrap();
         assert_eq!(decide_submit(&facts(Active), &good, now()), Ok(()));
-        assert_eq!(decide_submit(&facts(AwaitingHuman), &good, now()), Err(Refusal::StateConflict));
-        assert_eq!(decide_submit(&facts(Revoked), &good, now()), Err(Refusal::GrantRevoked));
-        assert_eq!(decide_submit(&facts(Active), &other, now()), Err(Refusal::ProposalMismatch));
+        assert_eq!(
+            decide_submit(&facts(AwaitingHuman), &good, now()),
+            Err(Refusal::StateConflict)
+        );
+        assert_eq!(
+            decide_submit(&facts(Revoked), &good, now()),
+            Err(Refusal::GrantRevoked)
+        );
+        assert_eq!(
+            decide_submit(&facts(Active), &other, now()),
+            Err(Refusal::ProposalMismatch)
+        );
         let mut full = facts(Active);
         full.submission_count = 2;
-        assert_eq!(decide_submit(&full, &good, now()), Err(Refusal::SubmissionLimit));
+        assert_eq!(
+            decide_submit(&full, &good, now()),
+            Err(Refusal::SubmissionLimit)
+        );
         full.expires_at = Some(now());
-        assert_eq!(decide_submit(&full, &good, now()), Err(Refusal::GrantExpired));
+        assert_eq!(
+            decide_submit(&full, &good, now()),
+            Err(Refusal::GrantExpired)
+        );
     }
 }

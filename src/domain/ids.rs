@@ -77,7 +77,9 @@ impl Digest {
         if raw.len() == 64 && raw.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
             Ok(Digest(raw.to_owned()))
         } else {
-            Err(ParseError("proposal_digest must be 64 lowercase hex characters"))
+            Err(ParseError(
+                "proposal_digest must be 64 lowercase hex characters",
+            ))
         }
     }
 
@@ -103,7 +105,9 @@ impl Login {
         if is_name(raw, 39) {
             Ok(Login(raw.to_owned()))
         } else {
-            Err(ParseError("login must match [A-Za-z0-9][A-Za-z0-9_.-]{0,38}"))
+            Err(ParseError(
+                "login must match [A-Za-z0-9][A-Za-z0-9_.-]{0,38}",
+            ))
         }
     }
 
@@ -128,7 +132,9 @@ impl RepoName {
         if is_name(raw, 100) {
             Ok(RepoName(raw.to_owned()))
         } else {
-            Err(ParseError("repository name must match [A-Za-z0-9][A-Za-z0-9_.-]{0,99}"))
+            Err(ParseError(
+                "repository name must match [A-Za-z0-9][A-Za-z0-9_.-]{0,99}",
+            ))
         }
     }
 
@@ -166,7 +172,17 @@ mod tests {
             assert!(GrantId::parse(ok).is_ok(), "{ok}");
         }
         for bad in [
-            "", "0", "-1", "+1", "01", " 1", "1 ", "9223372036854775808", "true", "1.0", "1e3",
+            "",
+            "0",
+            "-1",
+            "+1",
+            "01",
+            " 1",
+            "1 ",
+            "9223372036854775808",
+            "true",
+            "1.0",
+            "1e3",
             "١",
         ] {
             assert!(GrantId::parse(bad).is_err(), "{bad:?}");

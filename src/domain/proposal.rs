@@ -149,7 +149,9 @@ pub fn validate_requirements(reqs: &[McpRequirement]) -> Result<(), String> {
         if r.capabilities.len() > MAX_CAPABILITIES
             || r.prohibited_capabilities.len() > MAX_CAPABILITIES
         {
-            return Err(format!("{at} names more than {MAX_CAPABILITIES} capabilities"));
+            return Err(format!(
+                "{at} names more than {MAX_CAPABILITIES} capabilities"
+            ));
         }
         let texts = r
             .capabilities
@@ -191,7 +193,8 @@ mod tests {
     #[test]
     fn digest_covers_grant_id() {
         let doc: serde_json::Value = serde_json::from_str(VECTORS).unwrap();
-        let mut p: Proposal = serde_json::from_value(doc["vectors"][0]["proposal"].clone()).unwrap();
+        let mut p: Proposal =
+            serde_json::from_value(doc["vectors"][0]["proposal"].clone()).unwrap();
         let before = p.digest();
         p.grant_id += 1;
         assert_ne!(before, p.digest());

@@ -35,7 +35,10 @@ const ALL: [(Scope, &str); 8] = [
 impl Scope {
     /// The wire name.
     pub fn as_str(self) -> &'static str {
-        ALL.iter().find(|(s, _)| *s == self).map(|(_, n)| *n).unwrap_or("")
+        ALL.iter()
+            .find(|(s, _)| *s == self)
+            .map(|(_, n)| *n)
+            .unwrap_or("")
     }
 
     /// Parses a wire name; there is no implicit `all`.
@@ -76,9 +79,8 @@ impl ScopeSet {
 
     /// True when the set grants `scope`, directly or by implication.
     pub fn grants(self, scope: Scope) -> bool {
-        ALL.iter().any(|(s, _)| {
-            self.0 & s.bit() != 0 && (*s == scope || s.implied() == Some(scope))
-        })
+        ALL.iter()
+            .any(|(s, _)| self.0 & s.bit() != 0 && (*s == scope || s.implied() == Some(scope)))
     }
 
     /// The names in canonical order (as stored and shown).
@@ -108,7 +110,9 @@ mod tests {
     fn no_implicit_all() {
         assert!(ScopeSet::parse(["all"]).is_err());
         assert_eq!(
-            ScopeSet::parse(["write:admin", "read:repository"]).unwrap().names(),
+            ScopeSet::parse(["write:admin", "read:repository"])
+                .unwrap()
+                .names(),
             vec!["read:repository", "write:admin"]
         );
     }

@@ -13,9 +13,8 @@ use time::{OffsetDateTime, UtcOffset};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(OffsetDateTime);
 
-const FORMAT: &[time::format_description::BorrowedFormatItem<'static>] = format_description!(
-    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
-);
+const FORMAT: &[time::format_description::BorrowedFormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
 
 impl Timestamp {
     /// Normalizes any instant to UTC microseconds.

@@ -45,7 +45,8 @@ pub struct InternalError(pub String);
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let err = self.0;
-        let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status =
+            StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = ErrorBody {
             message: err.message(),
             code: err.code(),
@@ -64,7 +65,9 @@ impl IntoResponse for ApiError {
                 );
             }
             Error::Internal(cause) => {
-                response.extensions_mut().insert(InternalError(format!("{cause:#}")));
+                response
+                    .extensions_mut()
+                    .insert(InternalError(format!("{cause:#}")));
             }
             _ => {}
         }

@@ -24,7 +24,9 @@ pub async fn read_body(headers: &HeaderMap, body: Body) -> Result<axum::body::By
         .unwrap_or("");
     let essence = content_type.split(';').next().unwrap_or("").trim();
     if !essence.eq_ignore_ascii_case("application/json") {
-        return Err(Error::Invalid("Content-Type must be application/json".into()));
+        return Err(Error::Invalid(
+            "Content-Type must be application/json".into(),
+        ));
     }
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -94,7 +96,11 @@ fn describe(e: &serde_json::Error) -> String {
 /// The backquoted field name serde puts first in its message, bounded.
 fn field_name(text: &str) -> String {
     let name = text.split('`').nth(1).unwrap_or("?");
-    let safe: String = name.chars().filter(|c| c.is_ascii_graphic()).take(64).collect();
+    let safe: String = name
+        .chars()
+        .filter(|c| c.is_ascii_graphic())
+        .take(64)
+        .collect();
     safe
 }
 

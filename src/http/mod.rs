@@ -41,19 +41,24 @@ pub fn router(ctx: Ctx) -> Router {
         .layer(middleware::from_fn(log_internal_errors))
         .layer(middleware::from_fn(record_metrics))
         .layer(CatchPanicLayer::custom(|_| {
-            error::ApiError(crate::service::Error::Internal(anyhow::anyhow!("handler panicked"))).into_response()
+            error::ApiError(crate::service::Error::Internal(anyhow::anyhow!(
+                "handler panicked"
+            )))
+            .into_response()
         }))
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|req: &Request| {
-                let route = req
-                    .extensions()
-                    .get::<MatchedPath>()
-                    .map(|p| p.as_str().to_owned())
-                    .unwrap_or_default();
-                let id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
-                tracing::info_span!("request", method = %req.method(), route, request_id = id)
-            }),
-        )
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            let route = req
+                .extensions()
+                .get::<MatchedPath>()
+                .map(|p| p.as_str().to_owned())
+                .unwrap_or_default();
+            let id = req
+                .headers()
+                .get(&REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            tracing::info_span!("request", method = %req.method(), route, request_id = id)
+        }))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
         .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
         .with_state(ctx)
@@ -78,7 +83,11 @@ async fn readyz(State(ctx): State<Ctx>) -> Response {
     if ctx.store.ready().await {
         "ready".into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "database unreachable or not migrated").into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database unreachable or not migrated",
+        )
+            .into_response()
     }
 }
 
@@ -92,7 +101,10 @@ async fn not_found(req: Request) -> Response {
 
 async fn error_docs() -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        )],
         include_str!("../../templates/static/errors.html"),
     )
 }
@@ -110,7 +122,8 @@ async fn record_metrics(req: Request, next: Next) -> Response {
     let status = response.status().as_u16().to_string();
     let labels = [("method", method), ("route", route), ("status", status)];
     metrics::counter!("http_requests_total", &labels).increment(1);
-    metrics::histogram!("http_request_duration_seconds", &labels).record(start.elapsed().as_secs_f64());
+    metrics::histogram!("http_request_duration_seconds", &labels)
+        .record(start.elapsed().as_secs_f64());
     response
 }
 

@@ -38,13 +38,19 @@ pub fn parse_list_query(raw: Option<&str>, max_limit: u64) -> Result<ListQuery> 
         None => 1,
         Some(p) => parse_positive_i64(p)
             .filter(|p| *p <= 1_000_000_000)
-            .ok_or_else(|| Error::Invalid("page must be a positive integer".into()))? as u64,
+            .ok_or_else(|| Error::Invalid("page must be a positive integer".into()))?
+            as u64,
     };
     let limit = match limit.as_deref() {
         None => DEFAULT_LIMIT,
         Some(l) => {
-            let v: i64 = parse_signed(l).ok_or_else(|| Error::Invalid("limit must be an integer".into()))?;
-            if v <= 0 { DEFAULT_LIMIT } else { (v as u64).min(max_limit) }
+            let v: i64 =
+                parse_signed(l).ok_or_else(|| Error::Invalid("limit must be an integer".into()))?;
+            if v <= 0 {
+                DEFAULT_LIMIT
+            } else {
+                (v as u64).min(max_limit)
+            }
         }
     };
     let states = match state.as_deref() {
@@ -52,12 +58,21 @@ pub fn parse_list_query(raw: Option<&str>, max_limit: u64) -> Result<ListQuery> 
         Some("all") => GrantState::ALL.iter().map(|s| s.as_str()).collect(),
         Some(s) => vec![
             GrantState::parse(s)
-                .ok_or_else(|| Error::Invalid("state must be awaiting_agent, awaiting_human, active, revoked or all".into()))?
+                .ok_or_else(|| {
+                    Error::Invalid(
+                        "state must be awaiting_agent, awaiting_human, active, revoked or all"
+                            .into(),
+                    )
+                })?
                 .as_str(),
         ],
     };
     Ok(ListQuery {
-        params: ListParams { page, limit, states },
+        params: ListParams {
+            page,
+            limit,
+            states,
+        },
         state,
     })
 }
@@ -83,9 +98,15 @@ pub fn link_headers(headers: &mut HeaderMap, base_url: &str, query: &ListQuery, 
     let state = query
         .state
         .as_deref()
-        .map(|s| format!("&state={}", form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>()))
+        .map(|s| {
+            format!(
+                "&state={}",
+                form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>()
+            )
+        })
         .unwrap_or_default();
-    let link = |p: u64, rel: &str| format!("<{base_url}?page={p}&limit={limit}{state}>; rel=\"{rel}\"");
+    let link =
+        |p: u64, rel: &str| format!("<{base_url}?page={p}&limit={limit}{state}>; rel=\"{rel}\"");
     let mut links = Vec::new();
     if page < last {
         links.push(link(page + 1, "next"));
@@ -98,7 +119,10 @@ pub fn link_headers(headers: &mut HeaderMap, base_url: &str, query: &ListQuery, 
     if let Ok(v) = HeaderValue::from_str(&links.join(", ")) {
         headers.insert(header::LINK, v);
     }
-    headers.insert(HeaderName::from_static("x-total-count"), HeaderValue::from(total.max(0)));
+    headers.insert(
+        HeaderName::from_static("x-total-count"),
+        HeaderValue::from(total.max(0)),
+    );
     headers.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
         HeaderValue::from_static("X-Total-Count, Link"),
@@ -113,13 +137,35 @@ mod tests {
     fn parses_and_clamps() {
         let q = parse_list_query(Some("page=2&limit=1000"), 50).unwrap();
         assert_eq!((q.params.page, q.params.limit), (2, 50));
-        assert_eq!(parse_list_query(Some("limit=0"), 50).unwrap().params.limit, 30);
-        assert_eq!(parse_list_query(Some("limit=-5"), 50).unwrap().params.limit, 30);
-        for bad in ["page=0", "page=-1", "page=abc", "page=", "x=1", "state=nope", "page=1&page=2", "limit=abc"] {
+        assert_eq!(
+            parse_list_query(Some("limit=0"), 50).unwrap().params.limit,
+            30
+        );
+        assert_eq!(
+            parse_list_query(Some("limit=-5"), 50).unwrap().params.limit,
+            30
+        );
+        for bad in [
+            "page=0",
+            "page=-1",
+            "page=abc",
+            "page=",
+            "x=1",
+            "state=nope",
+            "page=1&page=2",
+            "limit=abc",
+        ] {
             assert!(parse_list_query(Some(bad), 50).is_err(), "{bad}");
         }
         assert_eq!(parse_list_query(None, 50).unwrap().params.states.len(), 3);
-        assert_eq!(parse_list_query(Some("state=all"), 50).unwrap().params.states.len(), 4);
+        assert_eq!(
+            parse_list_query(Some("state=all"), 50)
+                .unwrap()
+                .params
+                .states
+                .len(),
+            4
+        );
     }
 
     #[test]
@@ -128,7 +174,9 @@ mod tests {
         let mut h = HeaderMap::new();
         link_headers(&mut h, "http://x/api/v1/agent-work-grants", &q, 31);
         let link = h.get(header::LINK).unwrap().to_str().unwrap();
-        assert!(link.contains("<http://x/api/v1/agent-work-grants?page=3&limit=10&state=active>; rel=\"next\""));
+        assert!(link.contains(
+            "<http://x/api/v1/agent-work-grants?page=3&limit=10&state=active>; rel=\"next\""
+        ));
         assert!(link.contains("page=1&limit=10&state=active>; rel=\"prev\""));
         assert!(link.contains("page=4&limit=10&state=active>; rel=\"last\""));
         assert_eq!(h.get("x-total-count").unwrap(), "31");

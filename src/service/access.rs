@@ -28,6 +28,8 @@ pub async fn readable_repo(
     let repo = repos::repo_by_name(tx, owner, name)
         .await?
         .ok_or(Error::NotFound)?;
-    let perm = permission(tx, &repo, user_id).await?.ok_or(Error::NotFound)?;
+    let perm = permission(tx, &repo, user_id)
+        .await?
+        .ok_or(Error::NotFound)?;
     Ok((repo, perm))
 }

@@ -94,7 +94,9 @@ fn conflict_or(err: crate::store::StoreError, what: &str) -> Error {
 }
 
 async fn user_named(tx: &mut Tx, login: &str) -> Result<UserRow> {
-    principals::user_by_login(tx, login).await?.ok_or(Error::NotFound)
+    principals::user_by_login(tx, login)
+        .await?
+        .ok_or(Error::NotFound)
 }
 
 /// Creates a user.
@@ -105,14 +107,24 @@ pub async fn create_user(ctx: &Ctx, setup: Setup<'_>, input: NewUserInput) -> Re
     let password_hash = match (input.kind.as_str(), input.password) {
         ("human", Some(pw)) => {
             if pw.is_empty() || pw.len() > 1024 || pw.contains('\0') {
-                return Err(Error::Invalid("password must be 1-1024 bytes without NUL".into()));
+                return Err(Error::Invalid(
+                    "password must be 1-1024 bytes without NUL".into(),
+                ));
             }
-            Some(tokio::task::spawn_blocking(move || hash_password(&pw)).await.map_err(anyhow::Error::from)??)
+            Some(
+                tokio::task::spawn_blocking(move || hash_password(&pw))
+                    .await
+                    .map_err(anyhow::Error::from)??,
+            )
         }
         ("human", None) => None,
         ("bot", None) if !is_admin => None,
         ("bot", None) => return Err(Error::Invalid("a bot cannot be a site admin".into())),
-        ("bot", Some(_)) => return Err(Error::Invalid("bots have no password; they use tokens".into())),
+        ("bot", Some(_)) => {
+            return Err(Error::Invalid(
+                "bots have no password; they use tokens".into(),
+            ));
+        }
         _ => return Err(Error::Invalid("kind must be human or bot".into())),
     };
     let at = now().to_text();
@@ -129,7 +141,9 @@ pub async fn create_user(ctx: &Ctx, setup: Setup<'_>, input: NewUserInput) -> Re
     )
     .await
     .map_err(|e| conflict_or(e, "a user with this login"))?;
-    let row = principals::user_by_id(&mut tx, id).await?.ok_or(Error::NotFound)?;
+    let row = principals::user_by_id(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
     tx.commit().await?;
     Ok(UserView::from_row(&row))
 }
@@ -145,7 +159,8 @@ pub async fn create_token(
     if input.name.trim().is_empty() || input.name.len() > 255 || input.name.contains('\0') {
         return Err(Error::Invalid("name must be 1-255 bytes".into()));
     }
-    let scopes = ScopeSet::parse(input.scopes.iter().map(String::as_str)).map_err(Error::Invalid)?;
+    let scopes =
+        ScopeSet::parse(input.scopes.iter().map(String::as_str)).map_err(Error::Invalid)?;
     let repositories = match input.repositories {
         Some(list) => {
             let mut lower = Vec::with_capacity(list.len());
@@ -209,7 +224,11 @@ fn repo_view(r: &RepoRow) -> RepoAdminView {
 }
 
 /// Creates a repository owned by an existing user.
-pub async fn create_repo(ctx: &Ctx, setup: Setup<'_>, input: NewRepoInput) -> Result<RepoAdminView> {
+pub async fn create_repo(
+    ctx: &Ctx,
+    setup: Setup<'_>,
+    input: NewRepoInput,
+) -> Result<RepoAdminView> {
     setup.check()?;
     let name = RepoName::parse(&input.name).map_err(|e| Error::Invalid(e.to_string()))?;
     let at = now().to_text();
@@ -229,7 +248,9 @@ pub async fn create_repo(ctx: &Ctx, setup: Setup<'_>, input: NewRepoInput) -> Re
     )
     .await
     .map_err(|e| conflict_or(e, "a repository with this name"))?;
-    let row = repos::repo_by_id(&mut tx, id).await?.ok_or(Error::NotFound)?;
+    let row = repos::repo_by_id(&mut tx, id)
+        .await?
+        .ok_or(Error::NotFound)?;
     tx.commit().await?;
     Ok(repo_view(&row))
 }
@@ -247,7 +268,9 @@ pub async fn set_collaborator(
     let permission = Permission::parse(&input.permission)
         .ok_or_else(|| Error::Invalid("permission must be read, write or admin".into()))?;
     let mut tx = ctx.store.write().await?;
-    let repo = repos::repo_by_name(&mut tx, owner, repo).await?.ok_or(Error::NotFound)?;
+    let repo = repos::repo_by_name(&mut tx, owner, repo)
+        .await?
+        .ok_or(Error::NotFound)?;
     let user = user_named(&mut tx, login).await?;
     repos::set_collaborator(&mut tx, repo.id, user.id, permission.as_str()).await?;
     tx.commit().await?;
@@ -264,7 +287,9 @@ pub async fn remove_collaborator(
 ) -> Result<()> {
     setup.check()?;
     let mut tx = ctx.store.write().await?;
-    let repo = repos::repo_by_name(&mut tx, owner, repo).await?.ok_or(Error::NotFound)?;
+    let repo = repos::repo_by_name(&mut tx, owner, repo)
+        .await?
+        .ok_or(Error::NotFound)?;
     let user = user_named(&mut tx, login).await?;
     if repos::remove_collaborator(&mut tx, repo.id, user.id).await? == 0 {
         return Err(Error::NotFound);

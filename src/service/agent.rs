@@ -130,7 +130,9 @@ pub async fn locate(
 ) -> Result<GrantRow> {
     let (repo, _) = readable_repo(tx, owner, repo, caller.user_id).await?;
     if !caller.reducer.reaches(&repo.full_name(), repo.private) {
-        return Err(Error::InsufficientScope("the token does not reach this repository"));
+        return Err(Error::InsufficientScope(
+            "the token does not reach this repository",
+        ));
     }
     if lock && !grants::lock_grant(tx, id.0).await? {
         return Err(Error::NotFound);
@@ -142,7 +144,13 @@ pub async fn locate(
 }
 
 /// Reads one of the caller's grants.
-pub async fn get(ctx: &Ctx, caller: &Caller, owner: &str, repo: &str, id: GrantId) -> Result<GrantView> {
+pub async fn get(
+    ctx: &Ctx,
+    caller: &Caller,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+) -> Result<GrantView> {
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository])?;
     let mut tx = ctx.store.read().await?;
@@ -201,7 +209,9 @@ pub async fn confirm(
             )
             .await?;
             if changed != 1 {
-                return Err(Error::Internal(anyhow::anyhow!("confirm lost its row lock")));
+                return Err(Error::Internal(anyhow::anyhow!(
+                    "confirm lost its row lock"
+                )));
             }
             grants::insert_event(
                 &mut tx,
@@ -218,7 +228,9 @@ pub async fn confirm(
                 },
             )
             .await?;
-            let updated = grants::grant_by_id(&mut tx, row.id).await?.ok_or(Error::NotFound)?;
+            let updated = grants::grant_by_id(&mut tx, row.id)
+                .await?
+                .ok_or(Error::NotFound)?;
             tx.commit().await?;
             Ok(GrantView::from_row(&updated)?)
         }

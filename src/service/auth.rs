@@ -3,8 +3,8 @@
 
 use std::sync::OnceLock;
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use subtle::ConstantTimeEq;
 
 use super::{Ctx, Error, Result};
@@ -57,7 +57,11 @@ impl Caller {
 
     /// Refuses human callers on bot-only routes.
     pub fn require_bot(&self) -> Result<()> {
-        if self.is_bot { Ok(()) } else { Err(Error::AgentOnly) }
+        if self.is_bot {
+            Ok(())
+        } else {
+            Err(Error::AgentOnly)
+        }
     }
 
     /// Refuses unless this is a site admin's token with `scope`.
@@ -133,7 +137,11 @@ pub fn verify_password(stored: Option<&str>, password: &str) -> bool {
         None => (dummy.as_str(), false),
     };
     let ok = PasswordHash::new(phc)
-        .map(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+        .map(|h| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &h)
+                .is_ok()
+        })
         .unwrap_or(false);
     ok && real
 }

@@ -85,8 +85,12 @@ pub async fn seed_if_empty(ctx: &Ctx) -> Result<Option<DemoInfo>> {
     }
     .parse(at)?;
     let mut tx = ctx.store.write().await?;
-    let issuer = principals::user_by_login(&mut tx, login).await?.ok_or(super::Error::NotFound)?;
-    let repo_row = repos::repo_by_id(&mut tx, repo.id).await?.ok_or(super::Error::NotFound)?;
+    let issuer = principals::user_by_login(&mut tx, login)
+        .await?
+        .ok_or(super::Error::NotFound)?;
+    let repo_row = repos::repo_by_id(&mut tx, repo.id)
+        .await?
+        .ok_or(super::Error::NotFound)?;
     let grant_id = prepare_in(&mut tx, issuer.id, &repo_row, Permission::Admin, &input, at).await?;
     tx.commit().await?;
     Ok(Some(DemoInfo {

@@ -88,7 +88,9 @@ impl Error {
             Error::InsufficientScope(what) => format!("the token does not allow this: {what}"),
             Error::Forbidden(what) => (*what).to_owned(),
             Error::NotFound => "not found".to_owned(),
-            Error::Invalid(what) | Error::Unprocessable(what) | Error::Conflict(what) => what.clone(),
+            Error::Invalid(what) | Error::Unprocessable(what) | Error::Conflict(what) => {
+                what.clone()
+            }
             Error::UnsupportedProposal(what) => (*what).to_owned(),
             Error::Refused { refusal, .. } => refusal.message().to_owned(),
             Error::TooLarge => "request body is larger than 1 MiB".to_owned(),

@@ -82,8 +82,9 @@ impl GrantForm {
         let expires_at = match self.expires_at.trim() {
             "" => None,
             raw => {
-                let t = Timestamp::parse_rfc3339(raw)
-                    .ok_or_else(|| bad("expires_at: an RFC 3339 time such as 2026-12-31T00:00:00Z"))?;
+                let t = Timestamp::parse_rfc3339(raw).ok_or_else(|| {
+                    bad("expires_at: an RFC 3339 time such as 2026-12-31T00:00:00Z")
+                })?;
                 if t <= at {
                     return Err(bad("expires_at: must be in the future"));
                 }
@@ -93,8 +94,11 @@ impl GrantForm {
         let mcp_requirements = match self.mcp_requirements.trim() {
             "" => Vec::new(),
             raw => {
-                let reqs: Vec<McpRequirement> = serde_json::from_str(raw)
-                    .map_err(|e| bad(&format!("mcp_requirements: not a valid requirement array ({e})")))?;
+                let reqs: Vec<McpRequirement> = serde_json::from_str(raw).map_err(|e| {
+                    bad(&format!(
+                        "mcp_requirements: not a valid requirement array ({e})"
+                    ))
+                })?;
                 validate_requirements(&reqs).map_err(|m| bad(&format!("mcp_requirements: {m}")))?;
                 reqs
             }
@@ -118,7 +122,12 @@ fn signed_in(session: &WebSession) -> Result<&SessionUser> {
 }
 
 /// Builds the proposal for a grant id from validated input.
-fn build_proposal(grant_id: i64, repo: &RepoRow, agent: (i64, &str), input: &GrantInput) -> Proposal {
+fn build_proposal(
+    grant_id: i64,
+    repo: &RepoRow,
+    agent: (i64, &str),
+    input: &GrantInput,
+) -> Proposal {
     Proposal {
         schema: SCHEMA.to_owned(),
         version: VERSION,
@@ -155,18 +164,35 @@ fn proposal_values(p: &Proposal, input: &GrantInput) -> Vec<(Grants, Value)> {
         (Grants::ProposalDigest, p.digest().as_str().into()),
         (Grants::AgentId, p.agent.id.into()),
         (Grants::MaxSubmissions, input.max_submissions.into()),
-        (Grants::ExpiresAt, input.expires_at.map(|t| t.to_text()).into()),
+        (
+            Grants::ExpiresAt,
+            input.expires_at.map(|t| t.to_text()).into(),
+        ),
     ]
 }
 
 /// Prepares a grant (`awaiting_agent`, revision 1); returns its id.
-pub async fn prepare(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str, repo: &str, form: &GrantForm) -> Result<i64> {
+pub async fn prepare(
+    ctx: &Ctx,
+    session: &WebSession,
+    nonce: &str,
+    owner: &str,
+    repo: &str,
+    form: &GrantForm,
+) -> Result<i64> {
     let user = signed_in(session)?;
     let at = now();
     let input = form.parse(at)?;
     let mut tx = ctx.store.write().await?;
     let (repo, perm) = readable_repo(&mut tx, owner, repo, user.id).await?;
-    consume_nonce(&mut tx, session.id, nonce, "prepare", &format!("repo:{}", repo.id)).await?;
+    consume_nonce(
+        &mut tx,
+        session.id,
+        nonce,
+        "prepare",
+        &format!("repo:{}", repo.id),
+    )
+    .await?;
     let id = prepare_in(&mut tx, user.id, &repo, perm, &input, at).await?;
     tx.commit().await?;
     Ok(id)
@@ -174,9 +200,18 @@ pub async fn prepare(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str, 
 
 /// The prepare step itself, inside the caller's transaction (the browser
 /// form, or the demo seed of the setup privilege).
-pub async fn prepare_in(tx: &mut Tx, issuer_id: i64, repo: &RepoRow, perm: Permission, input: &GrantInput, at: Timestamp) -> Result<i64> {
+pub async fn prepare_in(
+    tx: &mut Tx,
+    issuer_id: i64,
+    repo: &RepoRow,
+    perm: Permission,
+    input: &GrantInput,
+    at: Timestamp,
+) -> Result<i64> {
     if perm < Permission::Write {
-        return Err(Error::Forbidden("preparing a grant needs write access to the repository"));
+        return Err(Error::Forbidden(
+            "preparing a grant needs write access to the repository",
+        ));
     }
     let agent = bot_named(tx, &input.agent).await?;
     let text = at.to_text();
@@ -194,7 +229,19 @@ pub async fn prepare_in(tx: &mut Tx, issuer_id: i64, repo: &RepoRow, perm: Permi
     .await?;
     let proposal = build_proposal(id, repo, (agent.0, &agent.1), input);
     grants::update_grant(tx, id, None, proposal_values(&proposal, input)).await?;
-    record(tx, id, "prepared", issuer_id, None, GrantState::AwaitingAgent, 1, proposal.digest().as_str(), None, &text).await?;
+    record(
+        tx,
+        id,
+        "prepared",
+        issuer_id,
+        None,
+        GrantState::AwaitingAgent,
+        1,
+        proposal.digest().as_str(),
+        None,
+        &text,
+    )
+    .await?;
     Ok(id)
 }
 
@@ -240,20 +287,27 @@ struct Located {
 async fn locate_for_form(
     tx: &mut Tx,
     session: &WebSession,
-    user: &SessionUser,
     nonce: &str,
     action: &str,
     owner: &str,
     repo: &str,
     id: GrantId,
 ) -> Result<Located> {
+    let user = signed_in(session)?;
     let (repo, perm) = readable_repo(tx, owner, repo, user.id).await?;
     grants::lock_grant(tx, id.0).await?;
     let grant = grants::grant_by_id(tx, id.0)
         .await?
         .filter(|g| g.repository_id == repo.id)
         .ok_or(Error::NotFound)?;
-    consume_nonce(tx, session.id, nonce, action, &format!("grant:{}", grant.id)).await?;
+    consume_nonce(
+        tx,
+        session.id,
+        nonce,
+        action,
+        &format!("grant:{}", grant.id),
+    )
+    .await?;
     Ok(Located { repo, perm, grant })
 }
 
@@ -272,31 +326,55 @@ fn judge(grant: &GrantRow, posted_revision: i64, event: HumanEvent) -> Result<Gr
 
 /// Parses the posted `state_revision`.
 pub fn parse_revision(raw: &str) -> Result<i64> {
-    parse_positive_i64(raw.trim()).ok_or_else(|| Error::Unprocessable("state_revision: missing or not a positive integer".into()))
+    parse_positive_i64(raw.trim()).ok_or_else(|| {
+        Error::Unprocessable("state_revision: missing or not a positive integer".into())
+    })
 }
 
-async fn cas(tx: &mut Tx, grant: &GrantRow, mut values: Vec<(Grants, Value)>, to: GrantState, at: &str) -> Result<i64> {
+async fn cas(
+    tx: &mut Tx,
+    grant: &GrantRow,
+    mut values: Vec<(Grants, Value)>,
+    to: GrantState,
+    at: &str,
+) -> Result<i64> {
     let revision = grant.state_revision + 1;
     values.push((Grants::State, to.as_str().into()));
     values.push((Grants::StateRevision, revision.into()));
     values.push((Grants::UpdatedAt, at.into()));
     if grants::update_grant(tx, grant.id, Some(grant.state_revision), values).await? != 1 {
-        let current = grants::grant_by_id(tx, grant.id).await?.ok_or(Error::NotFound)?;
-        return Err(Error::refused(Refusal::StateConflict, GrantView::from_row(&current)?));
+        let current = grants::grant_by_id(tx, grant.id)
+            .await?
+            .ok_or(Error::NotFound)?;
+        return Err(Error::refused(
+            Refusal::StateConflict,
+            GrantView::from_row(&current)?,
+        ));
     }
     Ok(revision)
 }
 
 /// Edits a grant's proposal: back to `awaiting_agent`, confirmation cleared.
 #[allow(clippy::too_many_arguments)]
-pub async fn edit(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str, repo: &str, id: GrantId, revision: i64, form: &GrantForm) -> Result<()> {
+pub async fn edit(
+    ctx: &Ctx,
+    session: &WebSession,
+    nonce: &str,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    revision: i64,
+    form: &GrantForm,
+) -> Result<()> {
     let user = signed_in(session)?;
     let at = now();
     let input = form.parse(at)?;
     let mut tx = ctx.store.write().await?;
-    let l = locate_for_form(&mut tx, session, user, nonce, "edit", owner, repo, id).await?;
+    let l = locate_for_form(&mut tx, session, nonce, "edit", owner, repo, id).await?;
     if l.grant.issuer_id != user.id && l.perm < Permission::Admin {
-        return Err(Error::Forbidden("only the issuer or a repository admin can edit this grant"));
+        return Err(Error::Forbidden(
+            "only the issuer or a repository admin can edit this grant",
+        ));
     }
     let to = judge(&l.grant, revision, HumanEvent::Edit)?;
     let agent = bot_named(&mut tx, &input.agent).await?;
@@ -305,7 +383,19 @@ pub async fn edit(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str, rep
     values.push((Grants::ConfirmedAt, Option::<String>::None.into()));
     let text = at.to_text();
     let rev = cas(&mut tx, &l.grant, values, to, &text).await?;
-    record(&mut tx, l.grant.id, "edited", user.id, Some(&l.grant.state), to, rev, proposal.digest().as_str(), None, &text).await?;
+    record(
+        &mut tx,
+        l.grant.id,
+        "edited",
+        user.id,
+        Some(&l.grant.state),
+        to,
+        rev,
+        proposal.digest().as_str(),
+        None,
+        &text,
+    )
+    .await?;
     tx.commit().await?;
     Ok(())
 }
@@ -319,16 +409,29 @@ async fn admit_at_approval(_tx: &mut Tx, _grant: &GrantRow, _acknowledged: bool)
 
 /// Approves a confirmed grant: `awaiting_human` → `active`; repo admins only.
 #[allow(clippy::too_many_arguments)]
-pub async fn approve(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str, repo: &str, id: GrantId, revision: i64, acknowledged: bool) -> Result<()> {
+pub async fn approve(
+    ctx: &Ctx,
+    session: &WebSession,
+    nonce: &str,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    revision: i64,
+    acknowledged: bool,
+) -> Result<()> {
     let user = signed_in(session)?;
     let at = now();
     let mut tx = ctx.store.write().await?;
-    let l = locate_for_form(&mut tx, session, user, nonce, "approve", owner, repo, id).await?;
+    let l = locate_for_form(&mut tx, session, nonce, "approve", owner, repo, id).await?;
     if l.perm < Permission::Admin {
-        return Err(Error::Forbidden("only a repository admin can approve a grant"));
+        return Err(Error::Forbidden(
+            "only a repository admin can approve a grant",
+        ));
     }
     if l.repo.require_distinct_approver && l.grant.issuer_id == user.id {
-        return Err(Error::Forbidden("this repository requires a second person: the issuer cannot approve"));
+        return Err(Error::Forbidden(
+            "this repository requires a second person: the issuer cannot approve",
+        ));
     }
     let to = judge(&l.grant, revision, HumanEvent::Approve)?;
     admit_at_approval(&mut tx, &l.grant, acknowledged).await?;
@@ -338,22 +441,45 @@ pub async fn approve(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str, 
         (Grants::ApprovedAt, text.clone().into()),
     ];
     let rev = cas(&mut tx, &l.grant, values, to, &text).await?;
-    record(&mut tx, l.grant.id, "approved", user.id, Some(&l.grant.state), to, rev, &l.grant.proposal_digest, None, &text).await?;
+    record(
+        &mut tx,
+        l.grant.id,
+        "approved",
+        user.id,
+        Some(&l.grant.state),
+        to,
+        rev,
+        &l.grant.proposal_digest,
+        None,
+        &text,
+    )
+    .await?;
     tx.commit().await?;
     Ok(())
 }
 
 /// Withdraws a grant for good; issuer or repo admin.
 #[allow(clippy::too_many_arguments)]
-pub async fn withdraw(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str, repo: &str, id: GrantId, revision: i64, reason: &str) -> Result<()> {
+pub async fn withdraw(
+    ctx: &Ctx,
+    session: &WebSession,
+    nonce: &str,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    revision: i64,
+    reason: &str,
+) -> Result<()> {
     let user = signed_in(session)?;
     check_text(reason, 4096).map_err(|m| Error::Unprocessable(format!("reason: {m}")))?;
     let reason = (!reason.trim().is_empty()).then(|| reason.to_owned());
     let at = now();
     let mut tx = ctx.store.write().await?;
-    let l = locate_for_form(&mut tx, session, user, nonce, "withdraw", owner, repo, id).await?;
+    let l = locate_for_form(&mut tx, session, nonce, "withdraw", owner, repo, id).await?;
     if l.grant.issuer_id != user.id && l.perm < Permission::Admin {
-        return Err(Error::Forbidden("only the issuer or a repository admin can withdraw this grant"));
+        return Err(Error::Forbidden(
+            "only the issuer or a repository admin can withdraw this grant",
+        ));
     }
     let to = judge(&l.grant, revision, HumanEvent::Withdraw)?;
     let text = at.to_text();
@@ -363,7 +489,19 @@ pub async fn withdraw(ctx: &Ctx, session: &WebSession, nonce: &str, owner: &str,
         (Grants::RevokeReason, reason.clone().into()),
     ];
     let rev = cas(&mut tx, &l.grant, values, to, &text).await?;
-    record(&mut tx, l.grant.id, "withdrawn", user.id, Some(&l.grant.state), to, rev, &l.grant.proposal_digest, reason.as_deref(), &text).await?;
+    record(
+        &mut tx,
+        l.grant.id,
+        "withdrawn",
+        user.id,
+        Some(&l.grant.state),
+        to,
+        rev,
+        &l.grant.proposal_digest,
+        reason.as_deref(),
+        &text,
+    )
+    .await?;
     tx.commit().await?;
     Ok(())
 }

@@ -24,11 +24,17 @@ pub struct Dashboard {
 }
 
 fn signed_in(session: &WebSession) -> Result<&SessionUser> {
-    session.user.as_ref().ok_or(Error::Forbidden("log in to see this page"))
+    session
+        .user
+        .as_ref()
+        .ok_or(Error::Forbidden("log in to see this page"))
 }
 
 fn views(rows: &[grants::GrantRow]) -> Result<Vec<GrantView>> {
-    Ok(rows.iter().map(GrantView::from_row).collect::<anyhow::Result<_>>()?)
+    Ok(rows
+        .iter()
+        .map(GrantView::from_row)
+        .collect::<anyhow::Result<_>>()?)
 }
 
 /// Reads the dashboard of the signed-in person.
@@ -101,7 +107,8 @@ pub async fn repo_grants(
         states,
     };
     let total = grants::count_grants(&mut tx, &filter).await?;
-    let rows = grants::list_grants(&mut tx, &filter, limit, (page - 1).saturating_mul(limit)).await?;
+    let rows =
+        grants::list_grants(&mut tx, &filter, limit, (page - 1).saturating_mul(limit)).await?;
     tx.commit().await?;
     Ok(RepoGrants {
         repo,
@@ -124,14 +131,21 @@ pub struct NewGrantPage {
 }
 
 /// Reads the prepare form for a repository writer.
-pub async fn new_grant_page(ctx: &Ctx, session: &WebSession, owner: &str, repo: &str) -> Result<NewGrantPage> {
+pub async fn new_grant_page(
+    ctx: &Ctx,
+    session: &WebSession,
+    owner: &str,
+    repo: &str,
+) -> Result<NewGrantPage> {
     let user = signed_in(session)?;
     let mut tx = ctx.store.read().await?;
     let (repo, perm) = readable_repo(&mut tx, owner, repo, user.id).await?;
     let bots = principals::list_bots(&mut tx).await?;
     tx.commit().await?;
     if perm < Permission::Write {
-        return Err(Error::Forbidden("preparing a grant needs write access to the repository"));
+        return Err(Error::Forbidden(
+            "preparing a grant needs write access to the repository",
+        ));
     }
     let nonce = issue_nonces(ctx, session.id, &[("prepare", format!("repo:{}", repo.id))])
         .await?
@@ -162,7 +176,13 @@ pub struct GrantPage {
 }
 
 /// Reads a grant page for a repository reader.
-pub async fn grant_page(ctx: &Ctx, session: &WebSession, owner: &str, repo: &str, id: GrantId) -> Result<GrantPage> {
+pub async fn grant_page(
+    ctx: &Ctx,
+    session: &WebSession,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+) -> Result<GrantPage> {
     let user = signed_in(session)?;
     let mut tx = ctx.store.read().await?;
     let (repo, perm) = readable_repo(&mut tx, owner, repo, user.id).await?;
@@ -179,11 +199,19 @@ pub async fn grant_page(ctx: &Ctx, session: &WebSession, owner: &str, repo: &str
     let can_withdraw = steward && allowed(HumanEvent::Withdraw);
     let distinct_block = repo.require_distinct_approver && row.issuer_id == user.id;
     let can_approve = perm == Permission::Admin && allowed(HumanEvent::Approve) && !distinct_block;
-    let approve_blocked_reason = (state == GrantState::AwaitingHuman && perm == Permission::Admin && distinct_block)
-        .then_some("This repository requires a second person: someone other than the issuer must approve.");
+    let approve_blocked_reason = (state == GrantState::AwaitingHuman
+        && perm == Permission::Admin
+        && distinct_block)
+        .then_some(
+            "This repository requires a second person: someone other than the issuer must approve.",
+        );
     let target = format!("grant:{}", row.id);
     let mut forms = Vec::new();
-    for (wanted, action) in [(can_edit, "edit"), (can_approve, "approve"), (can_withdraw, "withdraw")] {
+    for (wanted, action) in [
+        (can_edit, "edit"),
+        (can_approve, "approve"),
+        (can_withdraw, "withdraw"),
+    ] {
         if wanted {
             forms.push((action, target.clone()));
         }

@@ -5,9 +5,9 @@ use super::auth::verify_password;
 use super::{Ctx, Error, Result, now, random_hex};
 use crate::domain::proposal::sha256_hex;
 use crate::domain::time::Timestamp;
+use crate::store::Tx;
 use crate::store::principals;
 use crate::store::sessions as store;
-use crate::store::Tx;
 
 /// A person logged in through the browser.
 #[derive(Debug, Clone)]
@@ -45,11 +45,13 @@ pub async fn resolve(ctx: &Ctx, cookie: &str) -> Result<Option<WebSession>> {
         return Ok(None);
     };
     let user = match row.user_id {
-        Some(id) => principals::user_by_id(&mut tx, id).await?.map(|u| SessionUser {
-            id: u.id,
-            login: u.login,
-            is_admin: u.is_admin,
-        }),
+        Some(id) => principals::user_by_id(&mut tx, id)
+            .await?
+            .map(|u| SessionUser {
+                id: u.id,
+                login: u.login,
+                is_admin: u.is_admin,
+            }),
         None => None,
     };
     tx.commit().await?;
@@ -78,7 +80,8 @@ async fn insert_session(ctx: &Ctx, tx: &mut Tx, user_id: Option<i64>) -> Result<
         user_id,
         &at.to_text(),
         &at.plus_seconds(idle).to_text(),
-        &at.plus_seconds(ctx.config.session_absolute_seconds).to_text(),
+        &at.plus_seconds(ctx.config.session_absolute_seconds)
+            .to_text(),
     )
     .await?;
     Ok((id, NewCookie(cookie)))
@@ -93,7 +96,11 @@ pub async fn start_anonymous(ctx: &Ctx) -> Result<(WebSession, NewCookie)> {
 }
 
 /// Issues single-use nonces for `(action, target)` pairs, in one transaction.
-pub async fn issue_nonces(ctx: &Ctx, session_id: i64, forms: &[(&str, String)]) -> Result<Vec<String>> {
+pub async fn issue_nonces(
+    ctx: &Ctx,
+    session_id: i64,
+    forms: &[(&str, String)],
+) -> Result<Vec<String>> {
     let at = now();
     let expires = at.plus_seconds(ctx.config.nonce_seconds).to_text();
     let mut tx = ctx.store.write().await?;
@@ -119,15 +126,25 @@ pub async fn issue_nonces(ctx: &Ctx, session_id: i64, forms: &[(&str, String)]) 
 
 /// Consumes a nonce inside the caller's transaction; 403 unless it was
 /// issued to this session for this action and target, is live and unused.
-pub async fn consume_nonce(tx: &mut Tx, session_id: i64, nonce: &str, action: &str, target: &str) -> Result<()> {
+pub async fn consume_nonce(
+    tx: &mut Tx,
+    session_id: i64,
+    nonce: &str,
+    action: &str,
+    target: &str,
+) -> Result<()> {
     if nonce.len() != 64 {
-        return Err(Error::Forbidden("this form has expired or was already used; reload the page"));
+        return Err(Error::Forbidden(
+            "this form has expired or was already used; reload the page",
+        ));
     }
     let hash = sha256_hex(nonce.as_bytes());
     if store::consume_nonce(tx, session_id, &hash, action, target, &now().to_text()).await? {
         Ok(())
     } else {
-        Err(Error::Forbidden("this form has expired or was already used; reload the page"))
+        Err(Error::Forbidden(
+            "this form has expired or was already used; reload the page",
+        ))
     }
 }
 
@@ -151,7 +168,9 @@ pub async fn login(
     password: &str,
 ) -> Result<std::result::Result<NewCookie, LoginFailure>> {
     let lower = login.to_ascii_lowercase();
-    let window_start = now().plus_seconds(-ctx.config.login_throttle_seconds).to_text();
+    let window_start = now()
+        .plus_seconds(-ctx.config.login_throttle_seconds)
+        .to_text();
     let mut tx = ctx.store.read().await?;
     let user = if login.len() <= 39 {
         principals::user_by_login(&mut tx, login).await?
@@ -162,9 +181,10 @@ pub async fn login(
     let human = user.filter(|u| u.kind == "human");
     let stored = human.as_ref().and_then(|u| u.password_hash.clone());
     let password = password.to_owned();
-    let verified = tokio::task::spawn_blocking(move || verify_password(stored.as_deref(), &password))
-        .await
-        .map_err(anyhow::Error::from)?;
+    let verified =
+        tokio::task::spawn_blocking(move || verify_password(stored.as_deref(), &password))
+            .await
+            .map_err(anyhow::Error::from)?;
 
     let mut tx = ctx.store.write().await?;
     consume_nonce(&mut tx, pre.id, nonce, "login", "").await?;

@@ -63,8 +63,14 @@ fn select_grant() -> SelectStatement {
         (g, Grants::RevokeReason),
     ])
     .expr_as(Expr::col(("owner", Users::Login)), "repo_owner")
-    .expr_as(Expr::col((Repositories::Table, Repositories::Name)), "repo_name")
-    .expr_as(Expr::col((Repositories::Table, Repositories::Private)), "repo_private")
+    .expr_as(
+        Expr::col((Repositories::Table, Repositories::Name)),
+        "repo_name",
+    )
+    .expr_as(
+        Expr::col((Repositories::Table, Repositories::Private)),
+        "repo_private",
+    )
     .expr_as(Expr::col(("agent", Users::Login)), "agent_login")
     .expr_as(Expr::col(("issuer", Users::Login)), "issuer_login")
     .expr_as(Expr::col(("approver", Users::Login)), "approver_login")
@@ -83,7 +89,9 @@ fn select_grant() -> SelectStatement {
     ] {
         let on = match column {
             Some(c) => Expr::col((alias, Users::Id)).equals((g, c)),
-            None => Expr::col((alias, Users::Id)).equals((Repositories::Table, Repositories::OwnerId)),
+            None => {
+                Expr::col((alias, Users::Id)).equals((Repositories::Table, Repositories::OwnerId))
+            }
         };
         q.join_as(kind, Users::Table, alias, on);
     }
@@ -156,7 +164,8 @@ fn filter_condition(f: &GrantFilter<'_>) -> Cond {
         cond = cond.add(Expr::col((Repositories::Table, Repositories::Private)).eq(false));
     }
     if let Some(ids) = f.repository_ids {
-        cond = cond.add(Expr::col((Grants::Table, Grants::RepositoryId)).is_in(ids.iter().copied()));
+        cond =
+            cond.add(Expr::col((Grants::Table, Grants::RepositoryId)).is_in(ids.iter().copied()));
     }
     cond.add(Expr::col((Grants::Table, Grants::State)).is_in(f.states.iter().copied()))
 }
@@ -168,7 +177,8 @@ pub async fn count_grants(tx: &mut Tx, f: &GrantFilter<'_>) -> StoreResult<i64> 
         .from(Grants::Table)
         .inner_join(
             Repositories::Table,
-            Expr::col((Repositories::Table, Repositories::Id)).equals((Grants::Table, Grants::RepositoryId)),
+            Expr::col((Repositories::Table, Repositories::Id))
+                .equals((Grants::Table, Grants::RepositoryId)),
         )
         .cond_where(filter_condition(f))
         .to_owned();
@@ -333,7 +343,9 @@ pub async fn events_of(tx: &mut Tx, grant_id: i64) -> StoreResult<Vec<GrantEvent
         .from(e)
         .inner_join(
             Users::Table,
-            Expr::col((Users::Table, Users::Id)).equals((e, GrantEvents::ActorId)).into_condition(),
+            Expr::col((Users::Table, Users::Id))
+                .equals((e, GrantEvents::ActorId))
+                .into_condition(),
         )
         .and_where(Expr::col((e, GrantEvents::GrantId)).eq(grant_id))
         .order_by((e, GrantEvents::Id), Order::Asc)

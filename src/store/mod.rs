@@ -48,7 +48,10 @@ pub enum Store {
 }
 
 /// A row type that decodes on both backends.
-pub trait BothRows: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin {}
+pub trait BothRows:
+    for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{
+}
 impl<T> BothRows for T where
     T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
 {
@@ -63,7 +66,9 @@ impl Store {
                 "full" => SqliteSynchronous::Full,
                 "normal" => SqliteSynchronous::Normal,
                 "extra" => SqliteSynchronous::Extra,
-                other => anyhow::bail!("sqlite_synchronous must be full, normal or extra, not {other:?}"),
+                other => {
+                    anyhow::bail!("sqlite_synchronous must be full, normal or extra, not {other:?}")
+                }
             };
             let options = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)

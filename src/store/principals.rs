@@ -137,7 +137,10 @@ pub struct TokenAuthRow {
 /// Finds an unrevoked token by the SHA-256 of its text.
 pub async fn token_by_hash(tx: &mut Tx, hash: &str) -> StoreResult<Option<TokenAuthRow>> {
     let q = Query::select()
-        .expr_as(Expr::col((AccessTokens::Table, AccessTokens::Id)), "token_id")
+        .expr_as(
+            Expr::col((AccessTokens::Table, AccessTokens::Id)),
+            "token_id",
+        )
         .column((AccessTokens::Table, AccessTokens::TokenHash))
         .column((AccessTokens::Table, AccessTokens::Scopes))
         .column((AccessTokens::Table, AccessTokens::PublicOnly))
@@ -149,7 +152,8 @@ pub async fn token_by_hash(tx: &mut Tx, hash: &str) -> StoreResult<Option<TokenA
         .from(AccessTokens::Table)
         .inner_join(
             Users::Table,
-            Expr::col((Users::Table, Users::Id)).equals((AccessTokens::Table, AccessTokens::UserId)),
+            Expr::col((Users::Table, Users::Id))
+                .equals((AccessTokens::Table, AccessTokens::UserId)),
         )
         .and_where(Expr::col((AccessTokens::Table, AccessTokens::TokenHash)).eq(hash))
         .and_where(Expr::col((AccessTokens::Table, AccessTokens::RevokedAt)).is_null())

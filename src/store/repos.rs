@@ -43,7 +43,8 @@ fn select_repo() -> SelectStatement {
         .from(Repositories::Table)
         .inner_join(
             Users::Table,
-            Expr::col((Users::Table, Users::Id)).equals((Repositories::Table, Repositories::OwnerId)),
+            Expr::col((Users::Table, Users::Id))
+                .equals((Repositories::Table, Repositories::OwnerId)),
         )
         .to_owned()
 }
@@ -166,7 +167,11 @@ pub async fn set_collaborator(
 }
 
 /// Removes a collaborator entry; returns how many rows went (0 or 1).
-pub async fn remove_collaborator(tx: &mut Tx, repository_id: i64, user_id: i64) -> StoreResult<u64> {
+pub async fn remove_collaborator(
+    tx: &mut Tx,
+    repository_id: i64,
+    user_id: i64,
+) -> StoreResult<u64> {
     let q = Query::delete()
         .from_table(Collaborators::Table)
         .and_where(Expr::col(Collaborators::RepositoryId).eq(repository_id))

@@ -45,7 +45,11 @@ pub async fn insert_session(
 }
 
 /// Finds an unrevoked, unexpired session by the SHA-256 of its cookie.
-pub async fn live_session(tx: &mut Tx, token_hash: &str, now: &str) -> StoreResult<Option<SessionRow>> {
+pub async fn live_session(
+    tx: &mut Tx,
+    token_hash: &str,
+    now: &str,
+) -> StoreResult<Option<SessionRow>> {
     let q = Query::select()
         .columns([
             Sessions::Id,

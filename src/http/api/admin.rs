@@ -11,7 +11,9 @@ use crate::domain::ids::parse_positive_i64;
 use crate::http::auth::api_caller;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::json::strict_json;
-use crate::service::admin::{self, CollaboratorInput, NewRepoInput, NewTokenInput, NewUserInput, Setup};
+use crate::service::admin::{
+    self, CollaboratorInput, NewRepoInput, NewTokenInput, NewUserInput, Setup,
+};
 use crate::service::view::{NewTokenView, RepoAdminView, UserView};
 use crate::service::{Ctx, Error};
 
@@ -20,7 +22,11 @@ use crate::service::{Ctx, Error};
     responses((status = 201, body = UserView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("token" = [])))]
-pub async fn create_user(State(ctx): State<Ctx>, headers: HeaderMap, body: Body) -> Result<(StatusCode, Json<UserView>), ApiError> {
+pub async fn create_user(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<(StatusCode, Json<UserView>), ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
     Setup::Api(&caller).check()?;
     let input: NewUserInput = strict_json(&headers, body).await?;
@@ -61,7 +67,8 @@ pub async fn revoke_token(
     let caller = api_caller(&ctx, &headers).await?;
     Setup::Api(&caller).check()?;
     let (login, id) = segments(path)?;
-    let id = parse_positive_i64(&id).ok_or_else(|| Error::Invalid("token id must be a positive integer".into()))?;
+    let id = parse_positive_i64(&id)
+        .ok_or_else(|| Error::Invalid("token id must be a positive integer".into()))?;
     admin::revoke_token(&ctx, Setup::Api(&caller), &login, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -71,7 +78,11 @@ pub async fn revoke_token(
     responses((status = 201, body = RepoAdminView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("token" = [])))]
-pub async fn create_repo(State(ctx): State<Ctx>, headers: HeaderMap, body: Body) -> Result<(StatusCode, Json<RepoAdminView>), ApiError> {
+pub async fn create_repo(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<(StatusCode, Json<RepoAdminView>), ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
     Setup::Api(&caller).check()?;
     let input: NewRepoInput = strict_json(&headers, body).await?;

@@ -17,9 +17,9 @@ use crate::http::auth::api_caller;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::json::strict_json;
 use crate::http::pagination::{link_headers, parse_list_query};
+use crate::service::Ctx;
 use crate::service::agent::{self, Triple};
 use crate::service::view::GrantView;
-use crate::service::Ctx;
 
 /// `{"grant": {...}}`
 #[derive(Debug, Serialize, ToSchema)]
@@ -53,11 +53,18 @@ type Triplet = (String, String, String);
     responses((status = 200, body = [GrantView], headers(("X-Total-Count" = i64), ("Link" = String))),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("token" = [])))]
-pub async fn list_grants(State(ctx): State<Ctx>, headers: HeaderMap, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+pub async fn list_grants(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository])?;
-    let query = parse_list_query(query.as_deref(), u64::from(ctx.config.max_page_limit.max(1)))?;
+    let query = parse_list_query(
+        query.as_deref(),
+        u64::from(ctx.config.max_page_limit.max(1)),
+    )?;
     let page = agent::list(&ctx, &caller, &query.params).await?;
     let mut response = Json(page.items).into_response();
     let base = format!("{}/api/v1/agent-work-grants", ctx.config.public_base());
@@ -105,7 +112,11 @@ pub async fn confirm_grant(
     let (owner, repo, id) = segments(path)?;
     let id = GrantId::parse(&id)?;
     let body: ConfirmBody = strict_json(&headers, body).await?;
-    let triple = Triple::parse(&body.proposal_schema, &body.proposal_version, &body.proposal_digest)?;
+    let triple = Triple::parse(
+        &body.proposal_schema,
+        &body.proposal_version,
+        &body.proposal_digest,
+    )?;
     let grant = agent::confirm(&ctx, &caller, &owner, &repo, id, &triple).await?;
     Ok(Json(GrantEnvelope { grant }))
 }

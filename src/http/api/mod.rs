@@ -4,8 +4,8 @@ pub mod admin;
 pub mod agent;
 
 use axum::Router;
-use axum::extract::rejection::PathRejection;
 use axum::extract::Path;
+use axum::extract::rejection::PathRejection;
 use axum::routing::{delete, get, post, put};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -45,11 +45,23 @@ impl utoipa::Modify for Security {
 pub fn routes() -> Router<Ctx> {
     Router::new()
         .route("/api/v1/agent-work-grants", get(agent::list_grants))
-        .route("/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}", get(agent::get_grant))
-        .route("/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/confirm", post(agent::confirm_grant))
+        .route(
+            "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}",
+            get(agent::get_grant),
+        )
+        .route(
+            "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/confirm",
+            post(agent::confirm_grant),
+        )
         .route("/api/v1/admin/users", post(admin::create_user))
-        .route("/api/v1/admin/users/{login}/tokens", post(admin::create_token))
-        .route("/api/v1/admin/users/{login}/tokens/{token_id}", delete(admin::revoke_token))
+        .route(
+            "/api/v1/admin/users/{login}/tokens",
+            post(admin::create_token),
+        )
+        .route(
+            "/api/v1/admin/users/{login}/tokens/{token_id}",
+            delete(admin::revoke_token),
+        )
         .route("/api/v1/admin/repos", post(admin::create_repo))
         .route(
             "/api/v1/repos/{owner}/{repo}/collaborators/{login}",

@@ -15,8 +15,8 @@ use axum_extra::extract::CookieJar;
 use axum_extra::extract::cookie::{Cookie, SameSite};
 use serde::Deserialize;
 
-use crate::domain::ids::GrantId;
 use crate::domain::grant::Refusal;
+use crate::domain::ids::GrantId;
 use crate::service::forms::{self, GrantForm};
 use crate::service::sessions::{self, LoginFailure, NewCookie, WebSession};
 use crate::service::{Ctx, Error, pages};
@@ -31,24 +31,41 @@ pub fn routes() -> Router<Ctx> {
         .route("/user/login", get(login_page).post(login))
         .route("/user/logout", post(logout))
         .route("/static/writ.css", get(stylesheet))
-        .route("/{owner}/{repo}/agent-work-grants", get(repo_grants).post(prepare))
+        .route(
+            "/{owner}/{repo}/agent-work-grants",
+            get(repo_grants).post(prepare),
+        )
         .route("/{owner}/{repo}/agent-work-grants/new", get(new_grant))
         .route("/{owner}/{repo}/agent-work-grants/{id}", get(grant_page))
         .route("/{owner}/{repo}/agent-work-grants/{id}/edit", post(edit))
-        .route("/{owner}/{repo}/agent-work-grants/{id}/approve", post(approve))
-        .route("/{owner}/{repo}/agent-work-grants/{id}/withdraw", post(withdraw))
+        .route(
+            "/{owner}/{repo}/agent-work-grants/{id}/approve",
+            post(approve),
+        )
+        .route(
+            "/{owner}/{repo}/agent-work-grants/{id}/withdraw",
+            post(withdraw),
+        )
 }
 
 async fn stylesheet() -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static("text/css; charset=utf-8"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/css; charset=utf-8"),
+        )],
         include_str!("../../../templates/static/writ.css"),
     )
 }
 
 fn html(status: StatusCode, page: impl Template) -> Response {
     match page.render() {
-        Ok(body) => (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response(),
+        Ok(body) => (
+            status,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            body,
+        )
+            .into_response(),
         Err(e) => crate::http::error::ApiError(Error::Internal(e.into())).into_response(),
     }
 }
@@ -60,8 +77,11 @@ pub fn not_found_page() -> Response {
 
 fn error_response(err: &Error, chrome: Chrome) -> Response {
     if let Error::Internal(_) = err {
-        let Error::Internal(cause) = err else { unreachable!() };
-        return crate::http::error::ApiError(Error::Internal(anyhow::anyhow!("{cause:#}"))).into_response();
+        let Error::Internal(cause) = err else {
+            unreachable!()
+        };
+        return crate::http::error::ApiError(Error::Internal(anyhow::anyhow!("{cause:#}")))
+            .into_response();
     }
     let heading = match err.status() {
         401 => "Log in failed",
@@ -98,7 +118,9 @@ async fn current_session(ctx: &Ctx, jar: &CookieJar) -> Result<Option<WebSession
 async fn chrome(ctx: &Ctx, session: &WebSession, notice: Option<String>) -> Result<Chrome, Error> {
     let login = session.user.as_ref().map(|u| u.login.clone());
     let logout_nonce = if login.is_some() {
-        sessions::issue_nonces(ctx, session.id, &[("logout", String::new())]).await?.remove(0)
+        sessions::issue_nonces(ctx, session.id, &[("logout", String::new())])
+            .await?
+            .remove(0)
     } else {
         String::new()
     };
@@ -122,13 +144,18 @@ fn cookie(ctx: &Ctx, value: NewCookie) -> Cookie<'static> {
 fn check_origin(ctx: &Ctx, headers: &HeaderMap) -> Result<(), Error> {
     const REFUSED: Error = Error::Forbidden("this form was not posted from this site");
     let origin = ctx.config.public_origin();
-    if let Some(site) = headers.get("sec-fetch-site") {
-        if site.as_bytes() != b"same-origin" {
-            return Err(REFUSED);
-        }
+    if headers
+        .get("sec-fetch-site")
+        .is_some_and(|site| site.as_bytes() != b"same-origin")
+    {
+        return Err(REFUSED);
     }
     if let Some(value) = headers.get(header::ORIGIN) {
-        return if value.as_bytes() == origin.as_bytes() { Ok(()) } else { Err(REFUSED) };
+        return if value.as_bytes() == origin.as_bytes() {
+            Ok(())
+        } else {
+            Err(REFUSED)
+        };
     }
     match headers.get(header::REFERER).and_then(|v| v.to_str().ok()) {
         Some(r) if r == origin || r.starts_with(&format!("{origin}/")) => Ok(()),
@@ -146,13 +173,20 @@ async fn signed_in(ctx: &Ctx, jar: &CookieJar) -> Result<WebSession, Response> {
 }
 
 /// A changing POST: origin checked, session required (else 403).
-async fn form_session(ctx: &Ctx, jar: &CookieJar, headers: &HeaderMap) -> Result<WebSession, Response> {
+async fn form_session(
+    ctx: &Ctx,
+    jar: &CookieJar,
+    headers: &HeaderMap,
+) -> Result<WebSession, Response> {
     if let Err(e) = check_origin(ctx, headers) {
         return Err(error_response(&e, Chrome::default()));
     }
     match current_session(ctx, jar).await {
         Ok(Some(s)) if s.user.is_some() => Ok(s),
-        Ok(_) => Err(error_response(&Error::Forbidden("log in to do this"), Chrome::default())),
+        Ok(_) => Err(error_response(
+            &Error::Forbidden("log in to do this"),
+            Chrome::default(),
+        )),
         Err(e) => Err(error_response(&e, Chrome::default())),
     }
 }
@@ -189,7 +223,13 @@ async fn dashboard(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
     )
 }
 
-async fn login_form(ctx: &Ctx, session: &WebSession, status: StatusCode, login: String, notice: Option<String>) -> Response {
+async fn login_form(
+    ctx: &Ctx,
+    session: &WebSession,
+    status: StatusCode,
+    login: String,
+    notice: Option<String>,
+) -> Response {
     match sessions::issue_nonces(ctx, session.id, &[("login", String::new())]).await {
         Ok(mut n) => html(
             status,
@@ -213,7 +253,11 @@ async fn login_page(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
         Ok(None) => match sessions::start_anonymous(&ctx).await {
             Ok((pre, value)) => {
                 let jar = jar.add(cookie(&ctx, value));
-                (jar, login_form(&ctx, &pre, StatusCode::OK, String::new(), None).await).into_response()
+                (
+                    jar,
+                    login_form(&ctx, &pre, StatusCode::OK, String::new(), None).await,
+                )
+                    .into_response()
             }
             Err(e) => error_response(&e, Chrome::default()),
         },
@@ -231,17 +275,30 @@ struct LoginForm {
     nonce: String,
 }
 
-async fn login(State(ctx): State<Ctx>, jar: CookieJar, headers: HeaderMap, form: Result<Form<LoginForm>, FormRejection>) -> Response {
+async fn login(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    headers: HeaderMap,
+    form: Result<Form<LoginForm>, FormRejection>,
+) -> Response {
     if let Err(e) = check_origin(&ctx, &headers) {
         return error_response(&e, Chrome::default());
     }
     let pre = match current_session(&ctx, &jar).await {
         Ok(Some(s)) if s.user.is_none() => s,
-        Ok(_) => return error_response(&Error::Forbidden("open the login page again"), Chrome::default()),
+        Ok(_) => {
+            return error_response(
+                &Error::Forbidden("open the login page again"),
+                Chrome::default(),
+            );
+        }
         Err(e) => return error_response(&e, Chrome::default()),
     };
     let Ok(Form(form)) = form else {
-        return error_response(&Error::Unprocessable("the login form is malformed".into()), Chrome::default());
+        return error_response(
+            &Error::Unprocessable("the login form is malformed".into()),
+            Chrome::default(),
+        );
     };
     match sessions::login(&ctx, &pre, &form.nonce, &form.login, &form.password).await {
         Ok(Ok(value)) => (jar.add(cookie(&ctx, value)), Redirect::to("/")).into_response(),
@@ -250,8 +307,16 @@ async fn login(State(ctx): State<Ctx>, jar: CookieJar, headers: HeaderMap, form:
             login_form(&ctx, &pre, StatusCode::UNAUTHORIZED, form.login, notice).await
         }
         Ok(Err(LoginFailure::Throttled)) => {
-            let notice = Some("Too many failed attempts for this login; wait a few minutes.".to_owned());
-            login_form(&ctx, &pre, StatusCode::TOO_MANY_REQUESTS, form.login, notice).await
+            let notice =
+                Some("Too many failed attempts for this login; wait a few minutes.".to_owned());
+            login_form(
+                &ctx,
+                &pre,
+                StatusCode::TOO_MANY_REQUESTS,
+                form.login,
+                notice,
+            )
+            .await
         }
         Err(e) => error_response(&e, Chrome::default()),
     }
@@ -263,14 +328,23 @@ struct NonceForm {
     nonce: String,
 }
 
-async fn logout(State(ctx): State<Ctx>, jar: CookieJar, headers: HeaderMap, form: Result<Form<NonceForm>, FormRejection>) -> Response {
+async fn logout(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    headers: HeaderMap,
+    form: Result<Form<NonceForm>, FormRejection>,
+) -> Response {
     let session = match form_session(&ctx, &jar, &headers).await {
         Ok(s) => s,
         Err(r) => return r,
     };
     let nonce = form.map(|Form(f)| f.nonce).unwrap_or_default();
     match sessions::logout(&ctx, &session, &nonce).await {
-        Ok(()) => (jar.remove(Cookie::build(COOKIE).path("/")), Redirect::to("/user/login")).into_response(),
+        Ok(()) => (
+            jar.remove(Cookie::build(COOKIE).path("/")),
+            Redirect::to("/user/login"),
+        )
+            .into_response(),
         Err(e) => refusal(&ctx, &session, e).await,
     }
 }
@@ -281,13 +355,23 @@ struct ListParams {
     page: Option<String>,
 }
 
-async fn repo_grants(State(ctx): State<Ctx>, jar: CookieJar, Path((owner, repo)): Path<(String, String)>, query: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>) -> Response {
+async fn repo_grants(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    Path((owner, repo)): Path<(String, String)>,
+    query: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     let session = match signed_in(&ctx, &jar).await {
         Ok(s) => s,
         Err(r) => return r,
     };
     let Ok(Query(q)) = query else {
-        return refusal(&ctx, &session, Error::Unprocessable("invalid filter".into())).await;
+        return refusal(
+            &ctx,
+            &session,
+            Error::Unprocessable("invalid filter".into()),
+        )
+        .await;
     };
     let state = q.state.unwrap_or_else(|| "open".to_owned());
     let states: Vec<&str> = match state.as_str() {
@@ -295,12 +379,27 @@ async fn repo_grants(State(ctx): State<Ctx>, jar: CookieJar, Path((owner, repo))
         "all" => vec!["awaiting_agent", "awaiting_human", "active", "revoked"],
         s => match crate::domain::grant::GrantState::parse(s) {
             Some(st) => vec![st.as_str()],
-            None => return refusal(&ctx, &session, Error::Unprocessable("unknown state filter".into())).await,
+            None => {
+                return refusal(
+                    &ctx,
+                    &session,
+                    Error::Unprocessable("unknown state filter".into()),
+                )
+                .await;
+            }
         },
     };
-    let page = q.page.as_deref().and_then(crate::domain::ids::parse_positive_i64).unwrap_or(1) as u64;
+    let page = q
+        .page
+        .as_deref()
+        .and_then(crate::domain::ids::parse_positive_i64)
+        .unwrap_or(1) as u64;
     let limit = 30;
-    let data = try_page!(&ctx, &session, pages::repo_grants(&ctx, &session, &owner, &repo, &states, page, limit).await);
+    let data = try_page!(
+        &ctx,
+        &session,
+        pages::repo_grants(&ctx, &session, &owner, &repo, &states, page, limit).await
+    );
     let chrome = try_page!(&ctx, &session, chrome(&ctx, &session, None).await);
     let last = (data.page.total.max(0) as u64).div_ceil(limit).max(1);
     html(
@@ -337,11 +436,27 @@ fn values_of(form: &GrantForm) -> FieldValues {
     }
 }
 
-async fn new_grant_form(ctx: &Ctx, session: &WebSession, owner: &str, repo: &str, status: StatusCode, fields: FieldValues, error: Option<String>) -> Response {
-    let data = try_page!(ctx, session, pages::new_grant_page(ctx, session, owner, repo).await);
+async fn new_grant_form(
+    ctx: &Ctx,
+    session: &WebSession,
+    owner: &str,
+    repo: &str,
+    status: StatusCode,
+    fields: FieldValues,
+    error: Option<String>,
+) -> Response {
+    let data = try_page!(
+        ctx,
+        session,
+        pages::new_grant_page(ctx, session, owner, repo).await
+    );
     let chrome = try_page!(ctx, session, chrome(ctx, session, None).await);
     let fields = FieldValues {
-        max_submissions: if fields.max_submissions.is_empty() { "10".into() } else { fields.max_submissions },
+        max_submissions: if fields.max_submissions.is_empty() {
+            "10".into()
+        } else {
+            fields.max_submissions
+        },
         ..fields
     };
     html(
@@ -357,9 +472,24 @@ async fn new_grant_form(ctx: &Ctx, session: &WebSession, owner: &str, repo: &str
     )
 }
 
-async fn new_grant(State(ctx): State<Ctx>, jar: CookieJar, Path((owner, repo)): Path<(String, String)>) -> Response {
+async fn new_grant(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    Path((owner, repo)): Path<(String, String)>,
+) -> Response {
     match signed_in(&ctx, &jar).await {
-        Ok(session) => new_grant_form(&ctx, &session, &owner, &repo, StatusCode::OK, FieldValues::default(), None).await,
+        Ok(session) => {
+            new_grant_form(
+                &ctx,
+                &session,
+                &owner,
+                &repo,
+                StatusCode::OK,
+                FieldValues::default(),
+                None,
+            )
+            .await
+        }
         Err(r) => r,
     }
 }
@@ -372,33 +502,69 @@ struct PrepareForm {
     fields: GrantForm,
 }
 
-async fn prepare(State(ctx): State<Ctx>, jar: CookieJar, headers: HeaderMap, Path((owner, repo)): Path<(String, String)>, form: Result<Form<PrepareForm>, FormRejection>) -> Response {
+async fn prepare(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    headers: HeaderMap,
+    Path((owner, repo)): Path<(String, String)>,
+    form: Result<Form<PrepareForm>, FormRejection>,
+) -> Response {
     let session = match form_session(&ctx, &jar, &headers).await {
         Ok(s) => s,
         Err(r) => return r,
     };
     let Ok(Form(form)) = form else {
-        return refusal(&ctx, &session, Error::Unprocessable("the form is malformed".into())).await;
+        return refusal(
+            &ctx,
+            &session,
+            Error::Unprocessable("the form is malformed".into()),
+        )
+        .await;
     };
     match forms::prepare(&ctx, &session, &form.nonce, &owner, &repo, &form.fields).await {
         Ok(id) => Redirect::to(&format!("/{owner}/{repo}/agent-work-grants/{id}")).into_response(),
         Err(Error::Unprocessable(m)) => {
-            new_grant_form(&ctx, &session, &owner, &repo, StatusCode::UNPROCESSABLE_ENTITY, values_of(&form.fields), Some(m)).await
+            new_grant_form(
+                &ctx,
+                &session,
+                &owner,
+                &repo,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                values_of(&form.fields),
+                Some(m),
+            )
+            .await
         }
         Err(e) => refusal(&ctx, &session, e).await,
     }
 }
 
-async fn render_grant(ctx: &Ctx, session: &WebSession, owner: &str, repo: &str, id: GrantId, status: StatusCode, notice: Option<String>) -> Response {
-    let data = try_page!(ctx, session, pages::grant_page(ctx, session, owner, repo, id).await);
+async fn render_grant(
+    ctx: &Ctx,
+    session: &WebSession,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    status: StatusCode,
+    notice: Option<String>,
+) -> Response {
+    let data = try_page!(
+        ctx,
+        session,
+        pages::grant_page(ctx, session, owner, repo, id).await
+    );
     let chrome = try_page!(ctx, session, chrome(ctx, session, notice).await);
-    let proposal: serde_json::Value = serde_json::from_str(data.grant.proposal.get()).unwrap_or_default();
+    let proposal: serde_json::Value =
+        serde_json::from_str(data.grant.proposal.get()).unwrap_or_default();
     let fields = FieldValues {
         agent: proposal["agent"]["login"].as_str().unwrap_or("").to_owned(),
         task: proposal["task"].as_str().unwrap_or("").to_owned(),
         summary: proposal["summary"].as_str().unwrap_or("").to_owned(),
         max_submissions: proposal["limits"]["max_submissions"].to_string(),
-        expires_at: proposal["limits"]["expires_at"].as_str().unwrap_or("").to_owned(),
+        expires_at: proposal["limits"]["expires_at"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned(),
         mcp_requirements: match proposal["mcp_requirements"].as_array() {
             Some(a) if !a.is_empty() => serde_json::to_string_pretty(a).unwrap_or_default(),
             _ => String::new(),
@@ -422,27 +588,55 @@ async fn render_grant(ctx: &Ctx, session: &WebSession, owner: &str, repo: &str, 
     )
 }
 
-async fn grant_page(State(ctx): State<Ctx>, jar: CookieJar, Path((owner, repo, id)): Path<(String, String, String)>) -> Response {
+async fn grant_page(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    Path((owner, repo, id)): Path<(String, String, String)>,
+) -> Response {
     let session = match signed_in(&ctx, &jar).await {
         Ok(s) => s,
         Err(r) => return r,
     };
-    let id = try_page!(&ctx, &session, GrantId::parse(&id).map_err(|_| Error::NotFound));
+    let id = try_page!(
+        &ctx,
+        &session,
+        GrantId::parse(&id).map_err(|_| Error::NotFound)
+    );
     render_grant(&ctx, &session, &owner, &repo, id, StatusCode::OK, None).await
 }
 
 /// Answers a grant form: 303 to the grant page on success; the grant page
 /// again with 409 when it changed since it was opened; a refusal page else.
-async fn after_grant_form(ctx: &Ctx, session: &WebSession, owner: &str, repo: &str, id: GrantId, result: Result<(), Error>) -> Response {
+async fn after_grant_form(
+    ctx: &Ctx,
+    session: &WebSession,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    result: Result<(), Error>,
+) -> Response {
     match result {
-        Ok(()) => Redirect::to(&format!("/{owner}/{repo}/agent-work-grants/{}", id.0)).into_response(),
+        Ok(()) => {
+            Redirect::to(&format!("/{owner}/{repo}/agent-work-grants/{}", id.0)).into_response()
+        }
         Err(Error::Refused { refusal: r, .. }) => {
             let notice = match r {
-                Refusal::StateConflict => "This grant changed since you opened it. Here is its current state; nothing was changed.",
+                Refusal::StateConflict => {
+                    "This grant changed since you opened it. Here is its current state; nothing was changed."
+                }
                 Refusal::GrantRevoked => "This grant was withdrawn; nothing was changed.",
                 _ => "This grant cannot do that now; nothing was changed.",
             };
-            render_grant(ctx, session, owner, repo, id, StatusCode::CONFLICT, Some(notice.to_owned())).await
+            render_grant(
+                ctx,
+                session,
+                owner,
+                repo,
+                id,
+                StatusCode::CONFLICT,
+                Some(notice.to_owned()),
+            )
+            .await
         }
         Err(e) => refusal(ctx, session, e).await,
     }
@@ -489,41 +683,74 @@ async fn grant_form<T>(
     revision: impl Fn(&T) -> &str,
 ) -> Result<(WebSession, GrantId, T, i64), Response> {
     let session = form_session(ctx, jar, headers).await?;
-    let parsed = GrantId::parse(id).map_err(|_| Error::NotFound).and_then(|id| {
-        let Form(f) = form.map_err(|_| Error::Unprocessable("the form is malformed".into()))?;
-        let rev = forms::parse_revision(revision(&f))?;
-        Ok((id, f, rev))
-    });
+    let parsed = GrantId::parse(id)
+        .map_err(|_| Error::NotFound)
+        .and_then(|id| {
+            let Form(f) = form.map_err(|_| Error::Unprocessable("the form is malformed".into()))?;
+            let rev = forms::parse_revision(revision(&f))?;
+            Ok((id, f, rev))
+        });
     match parsed {
         Ok((id, f, rev)) => Ok((session, id, f, rev)),
         Err(e) => Err(refusal(ctx, &session, e).await),
     }
 }
 
-async fn edit(State(ctx): State<Ctx>, jar: CookieJar, headers: HeaderMap, Path((owner, repo, id)): Path<(String, String, String)>, form: Result<Form<EditForm>, FormRejection>) -> Response {
-    let (session, id, f, rev) = match grant_form(&ctx, &jar, &headers, &id, form, |f| &f.state_revision).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+async fn edit(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    headers: HeaderMap,
+    Path((owner, repo, id)): Path<(String, String, String)>,
+    form: Result<Form<EditForm>, FormRejection>,
+) -> Response {
+    let (session, id, f, rev) =
+        match grant_form(&ctx, &jar, &headers, &id, form, |f| &f.state_revision).await {
+            Ok(v) => v,
+            Err(r) => return r,
+        };
     let result = forms::edit(&ctx, &session, &f.nonce, &owner, &repo, id, rev, &f.fields).await;
     after_grant_form(&ctx, &session, &owner, &repo, id, result).await
 }
 
-async fn approve(State(ctx): State<Ctx>, jar: CookieJar, headers: HeaderMap, Path((owner, repo, id)): Path<(String, String, String)>, form: Result<Form<ApproveForm>, FormRejection>) -> Response {
-    let (session, id, f, rev) = match grant_form(&ctx, &jar, &headers, &id, form, |f| &f.state_revision).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+async fn approve(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    headers: HeaderMap,
+    Path((owner, repo, id)): Path<(String, String, String)>,
+    form: Result<Form<ApproveForm>, FormRejection>,
+) -> Response {
+    let (session, id, f, rev) =
+        match grant_form(&ctx, &jar, &headers, &id, form, |f| &f.state_revision).await {
+            Ok(v) => v,
+            Err(r) => return r,
+        };
     let acknowledged = f.acknowledge_warnings.as_deref() == Some("on");
-    let result = forms::approve(&ctx, &session, &f.nonce, &owner, &repo, id, rev, acknowledged).await;
+    let result = forms::approve(
+        &ctx,
+        &session,
+        &f.nonce,
+        &owner,
+        &repo,
+        id,
+        rev,
+        acknowledged,
+    )
+    .await;
     after_grant_form(&ctx, &session, &owner, &repo, id, result).await
 }
 
-async fn withdraw(State(ctx): State<Ctx>, jar: CookieJar, headers: HeaderMap, Path((owner, repo, id)): Path<(String, String, String)>, form: Result<Form<WithdrawForm>, FormRejection>) -> Response {
-    let (session, id, f, rev) = match grant_form(&ctx, &jar, &headers, &id, form, |f| &f.state_revision).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+async fn withdraw(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    headers: HeaderMap,
+    Path((owner, repo, id)): Path<(String, String, String)>,
+    form: Result<Form<WithdrawForm>, FormRejection>,
+) -> Response {
+    let (session, id, f, rev) =
+        match grant_form(&ctx, &jar, &headers, &id, form, |f| &f.state_revision).await {
+            Ok(v) => v,
+            Err(r) => return r,
+        };
     let result = forms::withdraw(&ctx, &session, &f.nonce, &owner, &repo, id, rev, &f.reason).await;
     after_grant_form(&ctx, &session, &owner, &repo, id, result).await
 }
