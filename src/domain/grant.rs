@@ -69,6 +69,8 @@ pub enum Refusal {
     GrantExpired,
     /// `submission_count` reached `max_submissions`.
     SubmissionLimit,
+    /// The request key was used before with different content.
+    RequestKeyConflict,
 }
 
 impl Refusal {
@@ -80,6 +82,7 @@ impl Refusal {
             Refusal::GrantRevoked => "grant_revoked",
             Refusal::GrantExpired => "grant_expired",
             Refusal::SubmissionLimit => "submission_limit",
+            Refusal::RequestKeyConflict => "request_key_conflict",
         }
     }
 
@@ -91,6 +94,9 @@ impl Refusal {
             Refusal::GrantRevoked => "the grant was withdrawn",
             Refusal::GrantExpired => "the grant has expired",
             Refusal::SubmissionLimit => "the grant has no submissions left",
+            Refusal::RequestKeyConflict => {
+                "this request_key was already used with a different proposal_digest, title or body"
+            }
         }
     }
 }

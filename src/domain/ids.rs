@@ -100,8 +100,12 @@ impl Digest {
 pub struct Login(String);
 
 impl Login {
-    /// Parses a login as typed.
+    /// Parses a login as typed; names of Writ's own top-level routes are
+    /// reserved so that `/{owner}/...` pages never shadow them.
     pub fn parse(raw: &str) -> Result<Login, ParseError> {
+        if is_reserved(raw) {
+            return Err(ParseError("this login is reserved"));
+        }
         if is_name(raw, 39) {
             Ok(Login(raw.to_owned()))
         } else {
@@ -142,6 +146,17 @@ impl RepoName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// Top-level path names no user may take, compared case-insensitively.
+pub const RESERVED_LOGINS: [&str; 11] = [
+    "admin", "api", "assets", "docs", "healthz", "mcp", "metrics", "readyz", "static", "user",
+    "users",
+];
+
+/// True when `raw` is a reserved login (case-insensitive).
+pub fn is_reserved(raw: &str) -> bool {
+    RESERVED_LOGINS.iter().any(|r| r.eq_ignore_ascii_case(raw))
 }
 
 fn is_name(raw: &str, max: usize) -> bool {
@@ -218,6 +233,7 @@ mod tests {
         assert!(Login::parse(&"a".repeat(39)).is_ok());
         assert!(Login::parse(&"a".repeat(40)).is_err());
         assert!(Login::parse("-x").is_err());
+        assert!(Login::parse("API").is_err());
         assert!(Login::parse("a/b").is_err());
         assert!(RepoName::parse("..").is_err());
         assert!(parse_full_name("acme/widgets").is_ok());

@@ -5,5 +5,6 @@ pub mod grant;
 pub mod ids;
 pub mod proposal;
 pub mod scope;
+pub mod submission;
 pub mod text;
 pub mod time;

@@ -9,8 +9,10 @@ pub mod auth;
 pub mod demo;
 pub mod error;
 pub mod forms;
+pub mod issues;
 pub mod pages;
 pub mod sessions;
+pub mod submit;
 pub mod view;
 
 use std::sync::Arc;

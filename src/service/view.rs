@@ -211,3 +211,145 @@ pub struct NewTokenView {
     /// The token text; stored only as its SHA-256.
     pub token: String,
 }
+
+/// `{id, full_name}` of a repository as a receipt committed it.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct RepoRef {
+    /// Repository id.
+    pub id: i64,
+    /// `owner/name` at commit time.
+    pub full_name: String,
+}
+
+/// The issue a receipt points at, as committed (historical).
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct IssueRef {
+    /// Issue id.
+    pub id: i64,
+    /// Per-repository index.
+    pub index: i64,
+    /// URL at commit time.
+    pub url: String,
+    /// Repository at commit time.
+    pub repository: RepoRef,
+}
+
+/// The handoff admission a receipt was admitted under.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ReceiptAdmission {
+    /// Evaluation id.
+    pub evaluation_id: i64,
+    /// Always `handoff`.
+    pub phase: String,
+    /// `allowed` or `warning`.
+    pub status: String,
+    /// Health snapshot used.
+    pub snapshot_id: i64,
+}
+
+/// The `submission` object of submit and readback.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SubmissionView {
+    /// The grant.
+    pub grant_id: i64,
+    /// The bot's idempotency key.
+    pub request_key: String,
+    /// `submitted`, `issue_deleted` or `issue_binding_changed`.
+    pub status: &'static str,
+    /// Always `awaiting_review`: a receipt is not a human's acceptance.
+    pub review_state: &'static str,
+    /// SHA-256 of the canonical `{proposal_digest, title, body}`.
+    pub content_digest: String,
+    /// The issue as committed.
+    pub issue: IssueRef,
+    /// The bot that submitted.
+    pub agent: UserRef,
+    /// The handoff admission evaluation.
+    pub admission: Option<ReceiptAdmission>,
+    /// Commit time.
+    pub created_at: String,
+}
+
+impl SubmissionView {
+    /// From a stored receipt and where its issue is now.
+    pub fn from_row(s: &crate::store::issues::SubmissionRow) -> SubmissionView {
+        use crate::domain::submission::receipt_status;
+        let current = s.current_repository_id.zip(s.current_index);
+        SubmissionView {
+            grant_id: s.grant_id,
+            request_key: s.request_key.clone(),
+            status: receipt_status((s.repository_id, s.issue_index), current).as_str(),
+            review_state: "awaiting_review",
+            content_digest: s.content_digest.clone(),
+            issue: IssueRef {
+                id: s.issue_id,
+                index: s.issue_index,
+                url: s.issue_url.clone(),
+                repository: RepoRef {
+                    id: s.repository_id,
+                    full_name: s.repository_full_name.clone(),
+                },
+            },
+            agent: UserRef {
+                id: s.agent_id,
+                login: s.agent_login.clone(),
+            },
+            admission: None,
+            created_at: s.created_at.clone(),
+        }
+    }
+}
+
+/// Writ's verified attribution of an issue to a grant submission.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Attribution {
+    /// The grant.
+    pub grant_id: i64,
+    /// The submission's request key.
+    pub request_key: String,
+}
+
+/// An issue as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct IssueView {
+    /// Global id.
+    pub id: i64,
+    /// Per-repository index.
+    pub index: i64,
+    /// Title, byte-for-byte.
+    pub title: String,
+    /// Body, byte-for-byte.
+    pub body: String,
+    /// Who opened it.
+    pub poster: UserRef,
+    /// Where it is now.
+    pub repository: RepoView,
+    /// Creation time.
+    pub created_at: String,
+    /// Set only for issues created by a grant submission.
+    pub agent_work_grant: Option<Attribution>,
+}
+
+impl IssueView {
+    /// From a stored issue and its repository.
+    pub fn from_row(i: &crate::store::issues::IssueRow, repo: &RepoRow) -> IssueView {
+        IssueView {
+            id: i.id,
+            index: i.issue_index,
+            title: i.title.clone(),
+            body: i.body.clone(),
+            poster: UserRef {
+                id: i.poster_id,
+                login: i.poster_login.clone(),
+            },
+            repository: RepoView::from_row(repo),
+            created_at: i.created_at.clone(),
+            agent_work_grant: i.grant_id.zip(i.request_key.clone()).map(
+                |(grant_id, request_key)| Attribution {
+                    grant_id,
+                    request_key,
+                },
+            ),
+        }
+    }
+}

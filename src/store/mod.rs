@@ -3,6 +3,7 @@
 //! from the database URL; rows decode through `sqlx::FromRow` on both.
 
 pub mod grants;
+pub mod issues;
 pub mod principals;
 pub mod repos;
 pub mod schema;

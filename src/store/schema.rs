@@ -129,3 +129,35 @@ pub enum LoginFailures {
     LowerLogin,
     At,
 }
+
+/// `issues`
+#[derive(Iden, Clone, Copy)]
+pub enum Issues {
+    Table,
+    Id,
+    RepositoryId,
+    IssueIndex,
+    Title,
+    Body,
+    PosterId,
+    CreatedAt,
+}
+
+/// `submissions`
+#[derive(Iden, Clone, Copy)]
+pub enum Submissions {
+    Table,
+    Id,
+    GrantId,
+    RequestKey,
+    ContentDigest,
+    ProposalDigest,
+    AgentId,
+    IssueId,
+    IssueIndex,
+    RepositoryId,
+    RepositoryFullName,
+    IssueUrl,
+    EvaluationId,
+    CreatedAt,
+}

@@ -2,6 +2,8 @@
 
 pub mod admin;
 pub mod agent;
+pub mod issues;
+pub mod submissions;
 
 use axum::Router;
 use axum::extract::Path;
@@ -19,12 +21,15 @@ use crate::service::{Ctx, Error};
     info(title = "Writ", description = "The durable ledger of native agent work grants."),
     paths(
         agent::list_grants, agent::get_grant, agent::confirm_grant,
+        submissions::submit_work, submissions::read_submission,
+        issues::get_issue, issues::list_issues, issues::create_issue, issues::delete_issue, issues::transfer_issue,
         admin::create_user, admin::create_token, admin::revoke_token,
         admin::create_repo, admin::put_collaborator, admin::delete_collaborator,
     ),
     components(schemas(ErrorBody)),
     modifiers(&Security),
     tags((name = "agent", description = "Routes for bot accounts (the MCP adapter's upstream)"),
+         (name = "issues", description = "Issues of a repository"),
          (name = "admin", description = "Setup privilege"))
 )]
 pub struct ApiDoc;
@@ -52,6 +57,26 @@ pub fn routes() -> Router<Ctx> {
         .route(
             "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/confirm",
             post(agent::confirm_grant),
+        )
+        .route(
+            "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/issues",
+            post(submissions::submit_work),
+        )
+        .route(
+            "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/submissions/{request_key}",
+            get(submissions::read_submission),
+        )
+        .route(
+            "/api/v1/repos/{owner}/{repo}/issues",
+            get(issues::list_issues).post(issues::create_issue),
+        )
+        .route(
+            "/api/v1/repos/{owner}/{repo}/issues/{index}",
+            get(issues::get_issue).delete(issues::delete_issue),
+        )
+        .route(
+            "/api/v1/repos/{owner}/{repo}/issues/{index}/transfer",
+            post(issues::transfer_issue),
         )
         .route("/api/v1/admin/users", post(admin::create_user))
         .route(

@@ -16,7 +16,7 @@ use axum_extra::extract::cookie::{Cookie, SameSite};
 use serde::Deserialize;
 
 use crate::domain::grant::Refusal;
-use crate::domain::ids::GrantId;
+use crate::domain::ids::{GrantId, is_reserved};
 use crate::service::forms::{self, GrantForm};
 use crate::service::sessions::{self, LoginFailure, NewCookie, WebSession};
 use crate::service::{Ctx, Error, pages};
@@ -361,6 +361,9 @@ async fn repo_grants(
     Path((owner, repo)): Path<(String, String)>,
     query: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    if is_reserved(&owner) {
+        return not_found_page();
+    }
     let session = match signed_in(&ctx, &jar).await {
         Ok(s) => s,
         Err(r) => return r,
@@ -477,6 +480,9 @@ async fn new_grant(
     jar: CookieJar,
     Path((owner, repo)): Path<(String, String)>,
 ) -> Response {
+    if is_reserved(&owner) {
+        return not_found_page();
+    }
     match signed_in(&ctx, &jar).await {
         Ok(session) => {
             new_grant_form(
@@ -593,6 +599,9 @@ async fn grant_page(
     jar: CookieJar,
     Path((owner, repo, id)): Path<(String, String, String)>,
 ) -> Response {
+    if is_reserved(&owner) {
+        return not_found_page();
+    }
     let session = match signed_in(&ctx, &jar).await {
         Ok(s) => s,
         Err(r) => return r,

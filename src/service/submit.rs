@@ -1,0 +1,249 @@
+//! The handoff: a bot's work becomes an issue exactly once. One transaction
+//! locks the grant, resolves the request key (replay or conflict), judges the
+//! grant, runs the handoff admission, and writes the issue, the receipt and
+//! the counter together.
+
+use super::agent::{Triple, facts, locate};
+use super::auth::Caller;
+use super::view::{GrantView, SubmissionView};
+use super::{Ctx, Error, Result, now};
+use crate::domain::grant::{Refusal, decide_submit};
+use crate::domain::ids::{GrantId, RequestKey};
+use crate::domain::scope::Scope;
+use crate::domain::submission::content_digest;
+use crate::domain::text::check_title;
+use crate::store::grants::{self, GrantRow};
+use crate::store::issues::{self, NewIssue, NewSubmission, SubmissionRow};
+use crate::store::schema::Grants;
+use crate::store::{Tx, is_unique_violation};
+
+/// A validated submission.
+#[derive(Debug, Clone)]
+pub struct SubmitInput {
+    /// The proposal triple.
+    pub triple: Triple,
+    /// The bot's idempotency key.
+    pub request_key: RequestKey,
+    /// 1–255 scalar values, stored byte-for-byte.
+    pub title: String,
+    /// May be empty, stored byte-for-byte.
+    pub body: String,
+}
+
+impl SubmitInput {
+    /// Validates title and body (NUL was already refused by the JSON reader).
+    pub fn new(
+        triple: Triple,
+        request_key: RequestKey,
+        title: String,
+        body: String,
+    ) -> Result<SubmitInput> {
+        check_title(&title).map_err(|m| Error::Invalid(m.to_owned()))?;
+        Ok(SubmitInput {
+            triple,
+            request_key,
+            title,
+            body,
+        })
+    }
+}
+
+/// Whether a submit made something new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// 201: a new issue and receipt were committed.
+    Created,
+    /// 200: the same key and content were committed before.
+    Replayed,
+}
+
+/// The answer of submit and readback.
+#[derive(Debug)]
+pub struct Receipt {
+    /// New or replay.
+    pub outcome: Outcome,
+    /// The grant after the transaction.
+    pub grant: GrantView,
+    /// The receipt.
+    pub submission: SubmissionView,
+}
+
+/// Submits work under a grant (see the module doc for the transaction).
+pub async fn submit(
+    ctx: &Ctx,
+    caller: &Caller,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    input: &SubmitInput,
+) -> Result<Receipt> {
+    caller.require_bot()?;
+    caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
+    let content = content_digest(input.triple.digest.as_str(), &input.title, &input.body);
+    let mut tx = ctx.store.write().await?;
+    let grant = locate(&mut tx, caller, owner, repo, id, true).await?;
+    if let Some(existing) =
+        issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str()).await?
+    {
+        tx.commit().await?;
+        return replay_or_conflict(&grant, existing, &content);
+    }
+    match create(ctx, &mut tx, caller, &grant, input, &content).await {
+        Ok(()) => {}
+        Err(Error::Internal(e))
+            if e.downcast_ref::<sqlx::Error>()
+                .is_some_and(is_unique_violation) =>
+        {
+            // Lost a race on (grant_id, request_key): answer as the winner did.
+            drop(tx);
+            return resolve_after_race(ctx, caller, owner, repo, id, input, &content).await;
+        }
+        Err(e) => return Err(e),
+    }
+    let row = grants::grant_by_id(&mut tx, grant.id)
+        .await?
+        .ok_or(Error::NotFound)?;
+    let receipt = issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str())
+        .await?
+        .ok_or_else(|| {
+            Error::Internal(anyhow::anyhow!("receipt vanished inside its transaction"))
+        })?;
+    tx.commit().await?;
+    Ok(Receipt {
+        outcome: Outcome::Created,
+        grant: GrantView::from_row(&row)?,
+        submission: SubmissionView::from_row(&receipt),
+    })
+}
+
+fn replay_or_conflict(grant: &GrantRow, existing: SubmissionRow, content: &str) -> Result<Receipt> {
+    if existing.content_digest == content {
+        Ok(Receipt {
+            outcome: Outcome::Replayed,
+            grant: GrantView::from_row(grant)?,
+            submission: SubmissionView::from_row(&existing),
+        })
+    } else {
+        Err(Error::refused(
+            Refusal::RequestKeyConflict,
+            GrantView::from_row(grant)?,
+        ))
+    }
+}
+
+async fn resolve_after_race(
+    ctx: &Ctx,
+    caller: &Caller,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    input: &SubmitInput,
+    content: &str,
+) -> Result<Receipt> {
+    let mut tx = ctx.store.read().await?;
+    let grant = locate(&mut tx, caller, owner, repo, id, false).await?;
+    let existing = issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str())
+        .await?
+        .ok_or_else(|| Error::Internal(anyhow::anyhow!("unique violation without a receipt")))?;
+    tx.commit().await?;
+    replay_or_conflict(&grant, existing, content)
+}
+
+/// The handoff admission seam: the admission evaluation (admission.md) runs
+/// here, inside the submission transaction; it returns the evaluation id to
+/// record on the receipt. Until the catalog lands every package is admitted
+/// without a persisted evaluation.
+async fn admit_at_handoff(_tx: &mut Tx, _grant: &GrantRow) -> Result<Option<i64>> {
+    Ok(None)
+}
+
+async fn create(
+    ctx: &Ctx,
+    tx: &mut Tx,
+    caller: &Caller,
+    grant: &GrantRow,
+    input: &SubmitInput,
+    content: &str,
+) -> Result<()> {
+    let at = now();
+    decide_submit(&facts(grant)?, &input.triple.digest, at).map_err(|r| {
+        GrantView::from_row(grant)
+            .map(|g| Error::refused(r, g))
+            .unwrap_or_else(Error::from)
+    })?;
+    let evaluation_id = admit_at_handoff(tx, grant).await?;
+    let text = at.to_text();
+    let index = issues::allocate_index(tx, grant.repository_id).await?;
+    let issue_id = issues::insert_issue(
+        tx,
+        NewIssue {
+            repository_id: grant.repository_id,
+            index,
+            title: &input.title,
+            body: &input.body,
+            poster_id: caller.user_id,
+            now: &text,
+        },
+    )
+    .await?;
+    let full_name = format!("{}/{}", grant.repo_owner, grant.repo_name);
+    let url = format!("{}/{full_name}/issues/{index}", ctx.config.public_base());
+    issues::insert_submission(
+        tx,
+        NewSubmission {
+            grant_id: grant.id,
+            request_key: input.request_key.as_str(),
+            content_digest: content,
+            proposal_digest: input.triple.digest.as_str(),
+            agent_id: caller.user_id,
+            issue_id,
+            issue_index: index,
+            repository_id: grant.repository_id,
+            repository_full_name: &full_name,
+            issue_url: &url,
+            evaluation_id,
+            now: &text,
+        },
+    )
+    .await?;
+    let bumped = grants::update_grant(
+        tx,
+        grant.id,
+        None,
+        vec![
+            (Grants::SubmissionCount, (grant.submission_count + 1).into()),
+            (Grants::UpdatedAt, text.into()),
+        ],
+    )
+    .await?;
+    if bumped != 1 {
+        return Err(Error::Internal(anyhow::anyhow!(
+            "grant row vanished during submit"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads back a receipt by request key, in every grant state.
+pub async fn readback(
+    ctx: &Ctx,
+    caller: &Caller,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    key: &RequestKey,
+) -> Result<Receipt> {
+    caller.require_bot()?;
+    caller.require(&[Scope::ReadRepository, Scope::ReadIssue])?;
+    let mut tx = ctx.store.read().await?;
+    let grant = locate(&mut tx, caller, owner, repo, id, false).await?;
+    let receipt = issues::submission_by_key(&mut tx, grant.id, key.as_str())
+        .await?
+        .ok_or(Error::NotFound)?;
+    tx.commit().await?;
+    Ok(Receipt {
+        outcome: Outcome::Replayed,
+        grant: GrantView::from_row(&grant)?,
+        submission: SubmissionView::from_row(&receipt),
+    })
+}
