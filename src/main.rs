@@ -48,6 +48,29 @@ enum Command {
     /// Setup privilege on the database directly.
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// Stream a reporting view (receipts or grants) from the database.
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// receipts or grants
+    name: String,
+    /// Only this repository (owner/name).
+    #[arg(long)]
+    repo: Option<String>,
+    /// Only this agent login.
+    #[arg(long)]
+    agent: Option<String>,
+    /// From this RFC 3339 time (inclusive).
+    #[arg(long)]
+    since: Option<String>,
+    /// Until this RFC 3339 time (exclusive).
+    #[arg(long)]
+    until: Option<String>,
+    /// table, csv or json
+    #[arg(long, default_value = "table")]
+    format: String,
 }
 
 #[derive(Subcommand)]
@@ -186,6 +209,12 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("migrations applied");
             Ok(())
         }
+        Command::Report(args) => {
+            let writ = Writ::open(config).await?;
+            let result = run_report(&writ, args).await;
+            writ.close().await;
+            result
+        }
         Command::Admin(cmd) => {
             let writ = Writ::open(config).await?;
             let result = run_admin(&writ, cmd).await;
@@ -314,5 +343,34 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
             admin::remove_collaborator(ctx, Setup::Cli, owner, name, &login).await?;
         }
     }
+    Ok(())
+}
+
+async fn run_report(writ: &Writ, args: ReportArgs) -> anyhow::Result<()> {
+    use futures_util::StreamExt;
+    use std::io::Write;
+    use writ::service::report::{self, Format};
+    let report = writ::store::reports::Report::parse(&args.name)
+        .ok_or_else(|| anyhow::anyhow!("report must be receipts or grants"))?;
+    let format = Format::parse(&args.format)
+        .ok_or_else(|| anyhow::anyhow!("--format must be table, csv or json"))?;
+    let filter = report::filter(
+        args.repo,
+        args.agent,
+        args.since.as_deref(),
+        args.until.as_deref(),
+    )?;
+    let mut chunks = Box::pin(report::formatted(
+        &writ.ctx().store,
+        report,
+        &filter,
+        format,
+    ));
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    while let Some(chunk) = chunks.next().await {
+        out.write_all(chunk?.as_bytes())?;
+    }
+    out.flush()?;
     Ok(())
 }

@@ -64,6 +64,12 @@ impl IntoResponse for ApiError {
                     HeaderValue::from_static("Bearer realm=\"writ\", Basic realm=\"writ\""),
                 );
             }
+            Error::TooLarge => {
+                // The unread rest of the body would poison a pooled connection.
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             Error::Internal(cause) => {
                 response
                     .extensions_mut()

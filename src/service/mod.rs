@@ -11,6 +11,7 @@ pub mod error;
 pub mod forms;
 pub mod issues;
 pub mod pages;
+pub mod report;
 pub mod sessions;
 pub mod submit;
 pub mod view;

@@ -5,6 +5,7 @@
 pub mod grants;
 pub mod issues;
 pub mod principals;
+pub mod reports;
 pub mod repos;
 pub mod schema;
 pub mod sessions;

@@ -5,6 +5,7 @@ use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
 
 use super::segments;
 use crate::domain::ids::parse_positive_i64;
@@ -125,4 +126,57 @@ pub async fn delete_collaborator(
     let (owner, repo, login) = segments(path)?;
     admin::remove_collaborator(&ctx, Setup::Api(&caller), &owner, &repo, &login).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Streams a reporting view as CSV or JSON (`read:admin`).
+#[utoipa::path(get, path = "/api/v1/admin/reports/{name}", tag = "admin",
+    params(("name" = String, Path, description = "receipts or grants"),
+           ("format" = Option<String>, Query, description = "csv (default) or json"),
+           ("repo" = Option<String>, Query), ("agent" = Option<String>, Query),
+           ("since" = Option<String>, Query), ("until" = Option<String>, Query)),
+    responses((status = 200, description = "the rows"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("token" = [])))]
+pub async fn report(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Result<axum::response::Response, ApiError> {
+    use crate::service::report::{self, Format};
+    use futures_util::StreamExt;
+    let caller = api_caller(&ctx, &headers).await?;
+    caller.require_admin(crate::domain::scope::Scope::ReadAdmin)?;
+    let name = segments(path)?;
+    let report = crate::store::reports::Report::parse(&name).ok_or(Error::NotFound)?;
+    let (mut format, mut repo, mut agent, mut since, mut until) = (None, None, None, None, None);
+    for (key, value) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        let slot = match key.as_ref() {
+            "format" => &mut format,
+            "repo" => &mut repo,
+            "agent" => &mut agent,
+            "since" => &mut since,
+            "until" => &mut until,
+            _ => return Err(Error::Invalid("unknown query parameter".into()).into()),
+        };
+        if slot.replace(value.into_owned()).is_some() {
+            return Err(Error::Invalid("a query parameter is repeated".into()).into());
+        }
+    }
+    let format = match format.as_deref() {
+        None | Some("csv") => Format::Csv,
+        Some("json") => Format::Json,
+        Some(_) => return Err(Error::Invalid("format must be csv or json".into()).into()),
+    };
+    let filter = report::filter(repo, agent, since.as_deref(), until.as_deref())?;
+    let body = report::formatted(&ctx.store, report, &filter, format).map(|chunk| {
+        chunk
+            .map(axum::body::Bytes::from)
+            .map_err(std::io::Error::other)
+    });
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, format.content_type())],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response())
 }

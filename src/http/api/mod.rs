@@ -24,7 +24,7 @@ use crate::service::{Ctx, Error};
         submissions::submit_work, submissions::read_submission,
         issues::get_issue, issues::list_issues, issues::create_issue, issues::delete_issue, issues::transfer_issue,
         admin::create_user, admin::create_token, admin::revoke_token,
-        admin::create_repo, admin::put_collaborator, admin::delete_collaborator,
+        admin::create_repo, admin::put_collaborator, admin::delete_collaborator, admin::report,
     ),
     components(schemas(ErrorBody)),
     modifiers(&Security),
@@ -92,6 +92,7 @@ pub fn routes() -> Router<Ctx> {
             "/api/v1/repos/{owner}/{repo}/collaborators/{login}",
             put(admin::put_collaborator).delete(admin::delete_collaborator),
         )
+        .route("/api/v1/admin/reports/{name}", get(admin::report))
         .route("/api/v1/openapi.json", get(openapi_json))
 }
 

@@ -1,0 +1,184 @@
+//! Streams rows of the reporting views with constant memory: a task fetches
+//! row by row into a bounded channel that the reader drains.
+
+use futures_util::TryStreamExt;
+use sea_query::{
+    Alias, Expr, ExprTrait, Order, PostgresQueryBuilder, Query, SelectStatement, SqliteQueryBuilder,
+};
+use sea_query_sqlx::SqlxBinder;
+use sqlx::{AssertSqlSafe, Row};
+use tokio::sync::mpsc;
+
+use super::{Store, StoreError};
+
+/// How a column's text is typed in JSON output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A string.
+    Text,
+    /// An integer.
+    Int,
+}
+
+/// A reporting view and its documented columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// `report_receipts_v1`
+    Receipts,
+    /// `report_grants_v1`
+    Grants,
+}
+
+use Kind::{Int, Text};
+
+impl Report {
+    /// Parses a report name (`receipts`, `grants`).
+    pub fn parse(name: &str) -> Option<Report> {
+        match name {
+            "receipts" => Some(Report::Receipts),
+            "grants" => Some(Report::Grants),
+            _ => None,
+        }
+    }
+
+    /// The view's name.
+    pub fn view(self) -> &'static str {
+        match self {
+            Report::Receipts => "report_receipts_v1",
+            Report::Grants => "report_grants_v1",
+        }
+    }
+
+    /// The columns, in view order.
+    pub fn columns(self) -> &'static [(&'static str, Kind)] {
+        match self {
+            Report::Receipts => &[
+                ("grant_id", Int),
+                ("request_key", Text),
+                ("repository", Text),
+                ("agent_login", Text),
+                ("issuer_login", Text),
+                ("approver_login", Text),
+                ("issue_id", Int),
+                ("issue_index", Int),
+                ("issue_url", Text),
+                ("outcome", Text),
+                ("review_state", Text),
+                ("handoff_evaluation_id", Int),
+                ("handoff_status", Text),
+                ("snapshot_id", Int),
+                ("submitted_at", Text),
+            ],
+            Report::Grants => &[
+                ("grant_id", Int),
+                ("repository", Text),
+                ("agent_login", Text),
+                ("issuer_login", Text),
+                ("approver_login", Text),
+                ("state", Text),
+                ("state_revision", Int),
+                ("submission_count", Int),
+                ("max_submissions", Int),
+                ("created_at", Text),
+                ("confirmed_at", Text),
+                ("approved_at", Text),
+                ("revoked_at", Text),
+                ("last_admission_status", Text),
+            ],
+        }
+    }
+
+    fn time_column(self) -> &'static str {
+        match self {
+            Report::Receipts => "submitted_at",
+            Report::Grants => "created_at",
+        }
+    }
+
+    fn order(self) -> &'static [&'static str] {
+        match self {
+            Report::Receipts => &["submitted_at", "grant_id", "request_key"],
+            Report::Grants => &["grant_id"],
+        }
+    }
+}
+
+/// Row filters; times compare as the fixed-width UTC text the views hold.
+#[derive(Debug, Clone, Default)]
+pub struct ReportFilter {
+    /// `owner/name`, case-insensitive.
+    pub repo: Option<String>,
+    /// Agent login, case-insensitive.
+    pub agent: Option<String>,
+    /// Inclusive lower bound on the view's time column.
+    pub since: Option<String>,
+    /// Exclusive upper bound on the view's time column.
+    pub until: Option<String>,
+}
+
+fn query(report: Report, filter: &ReportFilter) -> SelectStatement {
+    let mut q = Query::select();
+    for (name, _) in report.columns() {
+        q.expr_as(Expr::col(*name).cast_as("TEXT"), Alias::new(*name));
+    }
+    q.from(report.view());
+    if let Some(repo) = &filter.repo {
+        q.and_where(sea_query::Func::lower(Expr::col("repository")).eq(repo.to_ascii_lowercase()));
+    }
+    if let Some(agent) = &filter.agent {
+        q.and_where(
+            sea_query::Func::lower(Expr::col("agent_login")).eq(agent.to_ascii_lowercase()),
+        );
+    }
+    if let Some(since) = &filter.since {
+        q.and_where(Expr::col(report.time_column()).gte(since.clone()));
+    }
+    if let Some(until) = &filter.until {
+        q.and_where(Expr::col(report.time_column()).lt(until.clone()));
+    }
+    for column in report.order() {
+        q.order_by(*column, Order::Asc);
+    }
+    q
+}
+
+/// One row: every column as text (NULL as `None`), in view order.
+pub type ReportRow = Vec<Option<String>>;
+
+/// Starts streaming a report; rows arrive on the returned bounded channel.
+pub fn stream(
+    store: &Store,
+    report: Report,
+    filter: &ReportFilter,
+) -> mpsc::Receiver<Result<ReportRow, StoreError>> {
+    let (tx, rx) = mpsc::channel(64);
+    let q = query(report, filter);
+    let width = report.columns().len();
+    let store = store.clone();
+    tokio::spawn(async move {
+        macro_rules! pump {
+            ($pool:expr, $builder:expr) => {{
+                let (sql, values) = q.build_sqlx($builder);
+                let mut rows = sqlx::query_with(AssertSqlSafe(sql), values).fetch($pool);
+                loop {
+                    let item = match rows.try_next().await {
+                        Ok(Some(row)) => (0..width)
+                            .map(|i| row.try_get::<Option<String>, _>(i))
+                            .collect(),
+                        Ok(None) => break,
+                        Err(e) => Err(e),
+                    };
+                    let failed = item.is_err();
+                    if tx.send(item).await.is_err() || failed {
+                        break;
+                    }
+                }
+            }};
+        }
+        match &store {
+            Store::Sqlite(pool) => pump!(pool, SqliteQueryBuilder),
+            Store::Postgres(pool) => pump!(pool, PostgresQueryBuilder),
+        }
+    });
+    rx
+}

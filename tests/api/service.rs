@@ -1,0 +1,80 @@
+//! Service endpoints, and no redirects anywhere on the API.
+
+use reqwest::Method;
+
+use crate::helpers::{Auth, Body, OTHER_DIGEST, TestApp, confirm_body, grant_path};
+use crate::world::{OWNER, REPO, World};
+
+both_backends!(health_metrics_and_openapi);
+async fn health_metrics_and_openapi(app: TestApp) {
+    app.get("/healthz", Auth::None).await.assert_status(200);
+    app.get("/readyz", Auth::None).await.assert_status(200);
+    // Make sure at least one API request was counted.
+    app.get("/api/v1/agent-work-grants", Auth::None)
+        .await
+        .assert_status(401);
+    let metrics = app.get("/metrics", Auth::None).await;
+    metrics.assert_status(200);
+    let content_type = metrics.header("content-type").unwrap_or_default();
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    assert!(metrics.body.contains("http_requests"), "{}", metrics.body);
+
+    let openapi = app.get("/api/v1/openapi.json", Auth::None).await;
+    openapi.assert_status(200);
+    let doc = openapi.json();
+    let version = doc["openapi"].as_str().expect("openapi version");
+    assert!(version.starts_with("3.1"), "{version}");
+    let paths = doc["paths"].as_object().expect("paths");
+    assert!(
+        paths.contains_key("/api/v1/agent-work-grants"),
+        "{:?}",
+        paths.keys()
+    );
+    assert!(
+        paths
+            .keys()
+            .any(|p| p.starts_with("/api/v1/repos/") && p.ends_with("/confirm"))
+    );
+    assert!(paths.keys().any(|p| p.starts_with("/api/v1/admin/users")));
+}
+
+both_backends!(api_routes_never_redirect);
+async fn api_routes_never_redirect(app: TestApp) {
+    let world = World::new(&app).await;
+    let id = world.prepare("No redirects").await;
+    let before = world.grant(id).await;
+    let grant = grant_path(OWNER, REPO, id);
+    let bot = Auth::Token(&world.bot);
+    let not_found = [
+        (Method::GET, "/api/v1/agent-work-grants/".to_owned()),
+        (Method::GET, format!("{grant}/")),
+        (Method::POST, format!("{grant}/confirm/")),
+        (
+            Method::GET,
+            format!("/api/v1/repos/{OWNER}/{REPO}/agent-work-grants/"),
+        ),
+        (Method::GET, "/api/v1/agent-work-grant".to_owned()),
+    ];
+    for (method, path) in &not_found {
+        let body = Body::Json(confirm_body(OTHER_DIGEST));
+        let resp = app.send(method.clone(), path, bot, body).await;
+        assert_eq!(resp.status.as_u16(), 404, "{method} {path}: {}", resp.body);
+        assert!(resp.header("location").is_none(), "{path}");
+    }
+    let others = [
+        "/api/v1",
+        "/api/v1/",
+        "//api/v1/agent-work-grants",
+        "/api//v1/agent-work-grants",
+        "/api/v1/agent-work-grants?page=1&",
+    ];
+    for path in others {
+        for auth in [Auth::None, bot] {
+            let resp = app.get(path, auth).await;
+            let status = resp.status.as_u16();
+            assert!(!(300..400).contains(&status), "{path} redirects: {status}");
+            assert!(status < 500, "{path}: {status} {}", resp.body);
+        }
+    }
+    world.assert_unchanged(id, &before).await;
+}
