@@ -9,6 +9,7 @@ RUN useradd --system --home /var/lib/writ --create-home writ
 COPY --from=build /src/target/release/writ /usr/local/bin/writ
 USER writ
 WORKDIR /var/lib/writ
+ENV WRIT_BIND=0.0.0.0:3000
 EXPOSE 3000
 ENTRYPOINT ["writ"]
-CMD ["serve", "--bind", "0.0.0.0:3000"]
+CMD ["serve"]

@@ -66,7 +66,14 @@ impl Config {
             figment = figment.merge(Toml::file_exact(file));
         }
         figment
-            .merge(Env::prefixed("WRIT_").ignore(&["TOKEN", "TEST_POSTGRES_URL", "LOG"]))
+            .merge(Env::prefixed("WRIT_").filter(|key| {
+                // Variables of the adapter, the logger and the test harnesses
+                // share the prefix but are not settings.
+                let key = key.as_str();
+                !matches!(key, "token" | "log")
+                    && !key.starts_with("test_")
+                    && !key.starts_with("harness_")
+            }))
             .extract()
             .map_err(Box::new)
     }
