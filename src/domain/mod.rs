@@ -1,6 +1,7 @@
 //! Pure rules: no IO, no async. Everything here is a function of its inputs.
 
 pub mod access;
+pub mod admission;
 pub mod grant;
 pub mod ids;
 pub mod proposal;

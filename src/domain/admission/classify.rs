@@ -1,0 +1,295 @@
+//! Classifying one capability: normalize once, apply the alias, then the
+//! first of six ordered rules wins.
+
+use serde::Serialize;
+
+use super::catalog::{Catalog, Delivery};
+
+/// The class of one capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapabilityClass {
+    /// Prompt context or Writ's own write path; grants nothing.
+    PlanningOnly,
+    /// A safe read, delivered as a bounded packet or as planning context.
+    BoundedReadOnly,
+    /// A live MCP tool: a deferred product boundary.
+    DeferredLiveMcp,
+    /// Not something Writ knows: never treated as safe.
+    Unknown,
+}
+
+/// A classified capability.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Classified {
+    /// The normalized capability.
+    pub capability: String,
+    /// Its class.
+    pub class: CapabilityClass,
+    /// Delivery, for bounded reads.
+    pub delivery_kind: Option<Delivery>,
+}
+
+/// Trim, lowercase, inner whitespace runs to `_`.
+pub fn normalize(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut in_space = false;
+    for c in raw.trim().chars() {
+        if c.is_whitespace() {
+            if !in_space {
+                out.push('_');
+            }
+            in_space = true;
+        } else {
+            out.extend(c.to_lowercase());
+            in_space = false;
+        }
+    }
+    out
+}
+
+/// Normalizes and applies the alias of the MCP named by the capability's
+/// namespace (so prohibitions compare alias-aware across requirements).
+pub fn canonical(catalog: &Catalog, raw: &str) -> String {
+    let cap = normalize(raw);
+    let namespace = cap.split('.').next().unwrap_or("");
+    match catalog
+        .mcps
+        .get(namespace)
+        .and_then(|e| e.aliases.get(&cap))
+    {
+        Some(target) => target.clone(),
+        None => cap,
+    }
+}
+
+/// Classifies one capability of a requirement for MCP `mcp_id` (normalized).
+pub fn classify(catalog: &Catalog, mcp_id: &str, raw: &str) -> Classified {
+    let capability = canonical(catalog, raw);
+    let class = |class, delivery_kind| Classified {
+        capability: capability.clone(),
+        class,
+        delivery_kind,
+    };
+    // 1. the requirement's MCP is not in the catalog
+    let Some(entry) = catalog.mcps.get(mcp_id) else {
+        return class(CapabilityClass::Unknown, None);
+    };
+    // 2. not in that MCP's namespace
+    if !capability.starts_with(&format!("{mcp_id}.")) {
+        return class(CapabilityClass::Unknown, None);
+    }
+    // 3. Writ's own write path
+    if entry.planning_only.contains(&capability) {
+        return class(CapabilityClass::PlanningOnly, None);
+    }
+    // 4. a registered deferred pair
+    if entry.deferred_pair(&capability, mcp_id) {
+        return class(CapabilityClass::DeferredLiveMcp, None);
+    }
+    // 5. a safe read
+    if entry.safe_reads.contains(&capability) {
+        return class(CapabilityClass::BoundedReadOnly, Some(entry.delivery));
+    }
+    // 6. anything else
+    class(CapabilityClass::Unknown, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use CapabilityClass::*;
+
+    #[test]
+    fn normalization() {
+        assert_eq!(
+            normalize("  FileSystem.Project.READ "),
+            "filesystem.project.read"
+        );
+        assert_eq!(
+            normalize("github.pull \t requests.read"),
+            "github.pull_requests.read"
+        );
+    }
+
+    /// Every example row of the spec, plus the edges of each rule.
+    #[test]
+    fn classification_table() {
+        let catalog = Catalog::default_catalog();
+        let rows: &[(&str, &str, CapabilityClass, Option<Delivery>)] = &[
+            (
+                "filesystem",
+                "filesystem.project.read",
+                BoundedReadOnly,
+                Some(Delivery::BoundedContextPacket),
+            ),
+            (
+                "filesystem",
+                "filesystem.project.list",
+                BoundedReadOnly,
+                Some(Delivery::BoundedContextPacket),
+            ),
+            (
+                "filesystem",
+                "filesystem.project.search",
+                BoundedReadOnly,
+                Some(Delivery::BoundedContextPacket),
+            ),
+            (
+                "filesystem",
+                "filesystem.read",
+                BoundedReadOnly,
+                Some(Delivery::BoundedContextPacket),
+            ),
+            (
+                "filesystem",
+                "filesystem.list",
+                BoundedReadOnly,
+                Some(Delivery::BoundedContextPacket),
+            ),
+            (
+                "filesystem",
+                "filesystem.search",
+                BoundedReadOnly,
+                Some(Delivery::BoundedContextPacket),
+            ),
+            (
+                "filesystem",
+                " FILESYSTEM.Project.Read ",
+                BoundedReadOnly,
+                Some(Delivery::BoundedContextPacket),
+            ),
+            ("filesystem", "filesystem.project.write", PlanningOnly, None),
+            ("filesystem", "filesystem.write", DeferredLiveMcp, None),
+            ("filesystem", "filesystem.delete", DeferredLiveMcp, None),
+            ("filesystem", "filesystem.admin", DeferredLiveMcp, None),
+            ("filesystem", "filesystem.move", DeferredLiveMcp, None),
+            ("filesystem", "filesystem.create", DeferredLiveMcp, None),
+            (
+                "filesystem",
+                "filesystem.project.delete",
+                DeferredLiveMcp,
+                None,
+            ),
+            (
+                "filesystem",
+                "filesystem.project.admin",
+                DeferredLiveMcp,
+                None,
+            ),
+            (
+                "filesystem",
+                "filesystem.project.move",
+                DeferredLiveMcp,
+                None,
+            ),
+            (
+                "filesystem",
+                "filesystem.project.create",
+                DeferredLiveMcp,
+                None,
+            ),
+            ("filesystem", "filesystem..write", Unknown, None),
+            ("filesystem", "filesystem.project.raed", Unknown, None),
+            ("filesystem", "filesystem.project", Unknown, None),
+            ("filesystem", "filesystem.", Unknown, None),
+            ("filesystem", "github.issues.read", Unknown, None),
+            (
+                "github",
+                "github.issues.read",
+                BoundedReadOnly,
+                Some(Delivery::PlanningContextOnly),
+            ),
+            (
+                "github",
+                "github.pull_requests.read",
+                BoundedReadOnly,
+                Some(Delivery::PlanningContextOnly),
+            ),
+            (
+                "github",
+                "github.contents.read",
+                BoundedReadOnly,
+                Some(Delivery::PlanningContextOnly),
+            ),
+            (
+                "github",
+                "github.contents.list",
+                BoundedReadOnly,
+                Some(Delivery::PlanningContextOnly),
+            ),
+            (
+                "github",
+                "github.contents.search",
+                BoundedReadOnly,
+                Some(Delivery::PlanningContextOnly),
+            ),
+            (
+                "github",
+                "github.repository.read",
+                BoundedReadOnly,
+                Some(Delivery::PlanningContextOnly),
+            ),
+            (
+                "github",
+                "github.repository.list",
+                BoundedReadOnly,
+                Some(Delivery::PlanningContextOnly),
+            ),
+            (
+                "github",
+                "github.repository.search",
+                BoundedReadOnly,
+                Some(Delivery::PlanningContextOnly),
+            ),
+            (
+                "github",
+                "github.actions.read",
+                BoundedReadOnly,
+                Some(Delivery::PlanningContextOnly),
+            ),
+            ("github", "github.issues.write", DeferredLiveMcp, None),
+            ("github", "github.issues.close", DeferredLiveMcp, None),
+            (
+                "github",
+                "github.pull_requests.create",
+                DeferredLiveMcp,
+                None,
+            ),
+            (
+                "github",
+                "github.pull_requests.merge",
+                DeferredLiveMcp,
+                None,
+            ),
+            ("github", "github.pull_requests.list", DeferredLiveMcp, None),
+            ("github", "github.contents.delete", DeferredLiveMcp, None),
+            ("github", "github.repository.update", DeferredLiveMcp, None),
+            ("github", "github.actions.dispatch", DeferredLiveMcp, None),
+            ("github", "github.branches.read", DeferredLiveMcp, None),
+            ("github", "github.settings.get", DeferredLiveMcp, None),
+            ("github", "github.secrets.rotate", DeferredLiveMcp, None),
+            ("github", "github.workflows.run", DeferredLiveMcp, None),
+            ("github", "github.actions.merge", Unknown, None),
+            ("github", "github.__proto__.write", Unknown, None),
+            ("github", "github.constructor.read", Unknown, None),
+            ("github", "github.issues.read.extra", Unknown, None),
+            ("github", "github.write", Unknown, None),
+            ("github", "filesystem.project.read", Unknown, None),
+            ("gitlab", "gitlab.issues.read", Unknown, None),
+            ("__proto__", "__proto__.read", Unknown, None),
+        ];
+        for (mcp, cap, class, delivery) in rows {
+            let got = classify(&catalog, mcp, cap);
+            assert_eq!(
+                (got.class, got.delivery_kind),
+                (*class, *delivery),
+                "{mcp} {cap}"
+            );
+        }
+        assert_eq!(
+            classify(&catalog, "filesystem", "filesystem.read").capability,
+            "filesystem.project.read"
+        );
+    }
+}
