@@ -37,6 +37,12 @@ pub struct Config {
     pub login_throttle_failures: i64,
     /// Window of the login throttle, in seconds.
     pub login_throttle_seconds: i64,
+    /// An operator's MCP capability catalog (TOML) replacing the embedded one.
+    pub catalog_file: Option<String>,
+    /// MCP id → URL the built-in prober polls (2xx = healthy).
+    pub mcp_probes: std::collections::BTreeMap<String, String>,
+    /// Seconds between two probes.
+    pub mcp_probe_seconds: u64,
 }
 
 impl Default for Config {
@@ -54,6 +60,9 @@ impl Default for Config {
             nonce_seconds: 30 * 60,
             login_throttle_failures: 5,
             login_throttle_seconds: 15 * 60,
+            catalog_file: None,
+            mcp_probes: Default::default(),
+            mcp_probe_seconds: 30,
         }
     }
 }

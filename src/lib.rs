@@ -22,10 +22,28 @@ pub struct Writ {
 impl Writ {
     /// Connects to the configured database and applies pending migrations.
     pub async fn open(config: Config) -> anyhow::Result<Writ> {
+        let catalog = match &config.catalog_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("cannot read catalog {path}: {e}"))?;
+                domain::admission::Catalog::load(&text)
+                    .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?
+            }
+            None => domain::admission::Catalog::default_catalog(),
+        };
         let store = store::Store::connect(&config).await?;
         store.migrate().await?;
+        let mut tx = store.write().await?;
+        store::admission::record_catalog(
+            &mut tx,
+            &catalog.version,
+            &catalog.text,
+            &service::now().to_text(),
+        )
+        .await?;
+        tx.commit().await?;
         Ok(Writ {
-            ctx: Ctx::new(config, store),
+            ctx: Ctx::new(config, store, catalog),
         })
     }
 

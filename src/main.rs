@@ -54,7 +54,7 @@ enum Command {
 
 #[derive(Args)]
 struct ReportArgs {
-    /// receipts or grants
+    /// receipts, grants or admissions
     name: String,
     /// Only this repository (owner/name).
     #[arg(long)]
@@ -92,6 +92,18 @@ enum AdminCommand {
     /// Add, change or remove a collaborator.
     #[command(subcommand)]
     Collaborator(CollaboratorCommand),
+    /// Set an MCP's health (installed, healthy, detail).
+    McpHealth {
+        /// MCP id, e.g. filesystem
+        #[arg(long)]
+        mcp: String,
+        #[arg(long)]
+        installed: bool,
+        #[arg(long)]
+        healthy: bool,
+        #[arg(long, default_value = "")]
+        detail: String,
+    },
 }
 
 #[derive(Args)]
@@ -239,6 +251,7 @@ async fn serve(config: Config, demo: bool) -> anyhow::Result<()> {
             info.grant_id
         );
     }
+    tokio::spawn(writ::service::health::run_prober(writ.ctx().clone()));
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     tracing::info!(address = %listener.local_addr()?, public_url = %config.public_base(), "writ ready, listening on {}", listener.local_addr()?);
     axum::serve(listener, writ.router())
@@ -336,6 +349,20 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
             )
             .await?;
         }
+        AdminCommand::McpHealth {
+            mcp,
+            installed,
+            healthy,
+            detail,
+        } => {
+            let input = writ::service::health::HealthInput {
+                installed,
+                healthy,
+                detail,
+            };
+            let view = writ::service::health::set(ctx, Setup::Cli, &mcp, input, "cli").await?;
+            println!("{}", serde_json::to_string(&view)?);
+        }
         AdminCommand::Collaborator(CollaboratorCommand::Remove { repo, login }) => {
             let (owner, name) = repo
                 .split_once('/')
@@ -351,7 +378,7 @@ async fn run_report(writ: &Writ, args: ReportArgs) -> anyhow::Result<()> {
     use std::io::Write;
     use writ::service::report::{self, Format};
     let report = writ::store::reports::Report::parse(&args.name)
-        .ok_or_else(|| anyhow::anyhow!("report must be receipts or grants"))?;
+        .ok_or_else(|| anyhow::anyhow!("report must be receipts, grants or admissions"))?;
     let format = Format::parse(&args.format)
         .ok_or_else(|| anyhow::anyhow!("--format must be table, csv or json"))?;
     let filter = report::filter(

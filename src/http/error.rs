@@ -36,6 +36,9 @@ pub struct ErrorBody {
     /// The grant's current state, on every 409 of a grant route.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grant: Option<GrantView>,
+    /// The package evaluation that blocked, on `admission_blocked`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admission: Option<crate::service::admission::PackageView>,
 }
 
 /// Marks a response whose cause must be logged as an internal error.
@@ -52,7 +55,13 @@ impl IntoResponse for ApiError {
             code: err.code(),
             url: format!("{DOCS_URL}#{}", err.code()),
             grant: match &err {
-                Error::Refused { grant, .. } => Some((**grant).clone()),
+                Error::Refused { grant, .. } | Error::AdmissionBlocked { grant, .. } => {
+                    Some((**grant).clone())
+                }
+                _ => None,
+            },
+            admission: match &err {
+                Error::AdmissionBlocked { admission, .. } => Some((**admission).clone()),
                 _ => None,
             },
         };

@@ -34,6 +34,13 @@ pub enum Error {
         /// The grant as it is now.
         grant: Box<GrantView>,
     },
+    /// 409 `admission_blocked`, with the grant and the evaluation that blocked.
+    AdmissionBlocked {
+        /// The grant as it is now.
+        grant: Box<GrantView>,
+        /// The package evaluation that blocked.
+        admission: Box<super::admission::PackageView>,
+    },
     /// 409 for non-grant conflicts (duplicate login, repository...).
     Conflict(String),
     /// 413 `payload_too_large`.
@@ -54,7 +61,7 @@ impl Error {
             Error::AgentOnly | Error::InsufficientScope(_) | Error::Forbidden(_) => 403,
             Error::NotFound => 404,
             Error::Invalid(_) | Error::UnsupportedProposal(_) => 400,
-            Error::Refused { .. } | Error::Conflict(_) => 409,
+            Error::Refused { .. } | Error::Conflict(_) | Error::AdmissionBlocked { .. } => 409,
             Error::TooLarge => 413,
             Error::Unprocessable(_) => 422,
             Error::Throttled => 429,
@@ -74,6 +81,7 @@ impl Error {
             Error::UnsupportedProposal(_) => "unsupported_proposal",
             Error::Refused { refusal, .. } => refusal.code(),
             Error::Conflict(_) => "conflict",
+            Error::AdmissionBlocked { .. } => "admission_blocked",
             Error::TooLarge => "payload_too_large",
             Error::Throttled => "throttled",
             Error::Internal(_) => "internal",
@@ -93,11 +101,29 @@ impl Error {
             }
             Error::UnsupportedProposal(what) => (*what).to_owned(),
             Error::Refused { refusal, .. } => refusal.message().to_owned(),
+            Error::AdmissionBlocked { admission, .. } => {
+                let first = admission
+                    .decisions
+                    .iter()
+                    .find(|d| d.status == crate::domain::admission::Status::Blocked);
+                match first {
+                    Some(d) => format!("admission blocked ({}): {}", d.decision_id, d.reason),
+                    None => "admission blocked".to_owned(),
+                }
+            }
             Error::TooLarge => "request body is larger than 1 MiB".to_owned(),
             Error::Throttled => "too many failed attempts; try again later".to_owned(),
             Error::Internal(_) => "internal error".to_owned(),
         };
         truncate(text, 512)
+    }
+
+    /// Shorthand for a 409 `admission_blocked`.
+    pub fn admission_blocked(grant: GrantView, admission: super::admission::PackageView) -> Error {
+        Error::AdmissionBlocked {
+            grant: Box::new(grant),
+            admission: Box::new(admission),
+        }
     }
 
     /// Shorthand for a 409 refusal carrying the grant.

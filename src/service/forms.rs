@@ -6,6 +6,7 @@
 use sea_query::Value;
 
 use super::access::readable_repo;
+use super::admission::{self, Phase};
 use super::agent::facts;
 use super::sessions::{SessionUser, WebSession, consume_nonce};
 use super::view::GrantView;
@@ -400,13 +401,6 @@ pub async fn edit(
     Ok(())
 }
 
-/// The admission seam of approval: the admission evaluation (admission.md)
-/// runs here, inside the approval transaction, and can refuse it. Until the
-/// catalog lands every package is admitted.
-async fn admit_at_approval(_tx: &mut Tx, _grant: &GrantRow, _acknowledged: bool) -> Result<()> {
-    Ok(())
-}
-
 /// Approves a confirmed grant: `awaiting_human` → `active`; repo admins only.
 #[allow(clippy::too_many_arguments)]
 pub async fn approve(
@@ -434,7 +428,21 @@ pub async fn approve(
         ));
     }
     let to = judge(&l.grant, revision, HumanEvent::Approve)?;
-    admit_at_approval(&mut tx, &l.grant, acknowledged).await?;
+    // Admission at approval: the same evaluation as preview and handoff,
+    // persisted with its snapshot in this transaction.
+    let package = admission::persist_in(ctx, &mut tx, &l.grant, Phase::Approval, user.id).await?;
+    if package.blocked() {
+        // The refusal is recorded (the evaluation and its snapshot); the
+        // grant stays as it was.
+        let grant = GrantView::from_row(&l.grant)?;
+        tx.commit().await?;
+        return Err(Error::admission_blocked(grant, package));
+    }
+    if package.warns() && !acknowledged {
+        return Err(Error::Unprocessable(
+            "acknowledge_warnings: the admission warns; tick the acknowledgment to approve".into(),
+        ));
+    }
     let text = at.to_text();
     let values = vec![
         (Grants::ApproverId, user.id.into()),

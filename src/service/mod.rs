@@ -4,11 +4,14 @@
 
 pub mod access;
 pub mod admin;
+pub mod admission;
 pub mod agent;
 pub mod auth;
 pub mod demo;
 pub mod error;
 pub mod forms;
+pub mod fs_context;
+pub mod health;
 pub mod issues;
 pub mod pages;
 pub mod report;
@@ -21,6 +24,7 @@ use std::sync::Arc;
 pub use error::{Error, Result};
 
 use crate::config::Config;
+use crate::domain::admission::Catalog;
 use crate::domain::time::Timestamp;
 use crate::store::Store;
 
@@ -31,14 +35,17 @@ pub struct Ctx {
     pub config: Arc<Config>,
     /// The database.
     pub store: Store,
+    /// The MCP capability catalog in use.
+    pub catalog: Arc<Catalog>,
 }
 
 impl Ctx {
-    /// Bundles configuration and store.
-    pub fn new(config: Config, store: Store) -> Ctx {
+    /// Bundles configuration, store and catalog.
+    pub fn new(config: Config, store: Store, catalog: Catalog) -> Ctx {
         Ctx {
             config: Arc::new(config),
             store,
+            catalog: Arc::new(catalog),
         }
     }
 }

@@ -173,6 +173,10 @@ pub struct GrantPage {
     pub withdraw_nonce: Option<String>,
     /// Why the viewer cannot approve, when that is the only thing missing.
     pub approve_blocked_reason: Option<&'static str>,
+    /// The admission preview against the current health.
+    pub admission: super::admission::PackageView,
+    /// The viewer administers the repository.
+    pub viewer_is_admin: bool,
 }
 
 /// Reads a grant page for a repository reader.
@@ -191,6 +195,7 @@ pub async fn grant_page(
         .filter(|g| g.repository_id == repo.id)
         .ok_or(Error::NotFound)?;
     let events = grants::events_of(&mut tx, row.id).await?;
+    let admission = super::admission::preview_in(ctx, &mut tx, &row).await?;
     tx.commit().await?;
     let state = facts(&row)?.state;
     let steward = row.issuer_id == user.id || perm == Permission::Admin;
@@ -229,5 +234,7 @@ pub async fn grant_page(
         approve_nonce,
         withdraw_nonce,
         approve_blocked_reason,
+        admission,
+        viewer_is_admin: perm == Permission::Admin,
     })
 }

@@ -3,6 +3,7 @@
 //! grant, runs the handoff admission, and writes the issue, the receipt and
 //! the counter together.
 
+use super::admission::{self, PackageView, Phase};
 use super::agent::{Triple, facts, locate};
 use super::auth::Caller;
 use super::view::{GrantView, SubmissionView};
@@ -89,7 +90,15 @@ pub async fn submit(
         return replay_or_conflict(&grant, existing, &content);
     }
     match create(ctx, &mut tx, caller, &grant, input, &content).await {
-        Ok(()) => {}
+        Ok(None) => {}
+        Ok(Some(blocked)) => {
+            // Commit only the evaluation record: the request key stays unused.
+            tx.commit().await?;
+            return Err(Error::admission_blocked(
+                GrantView::from_row(&grant)?,
+                blocked,
+            ));
+        }
         Err(Error::Internal(e))
             if e.downcast_ref::<sqlx::Error>()
                 .is_some_and(is_unique_violation) =>
@@ -149,14 +158,8 @@ async fn resolve_after_race(
     replay_or_conflict(&grant, existing, content)
 }
 
-/// The handoff admission seam: the admission evaluation (admission.md) runs
-/// here, inside the submission transaction; it returns the evaluation id to
-/// record on the receipt. Until the catalog lands every package is admitted
-/// without a persisted evaluation.
-async fn admit_at_handoff(_tx: &mut Tx, _grant: &GrantRow) -> Result<Option<i64>> {
-    Ok(None)
-}
-
+/// Writes the issue, the receipt and the counter; `Some(evaluation)` when the
+/// handoff admission blocked (nothing but the evaluation was written).
 async fn create(
     ctx: &Ctx,
     tx: &mut Tx,
@@ -164,14 +167,18 @@ async fn create(
     grant: &GrantRow,
     input: &SubmitInput,
     content: &str,
-) -> Result<()> {
+) -> Result<Option<PackageView>> {
     let at = now();
     decide_submit(&facts(grant)?, &input.triple.digest, at).map_err(|r| {
         GrantView::from_row(grant)
             .map(|g| Error::refused(r, g))
             .unwrap_or_else(Error::from)
     })?;
-    let evaluation_id = admit_at_handoff(tx, grant).await?;
+    let package = admission::persist_in(ctx, tx, grant, Phase::Handoff, caller.user_id).await?;
+    if package.blocked() {
+        return Ok(Some(package));
+    }
+    let evaluation_id = package.evaluation_id;
     let text = at.to_text();
     let index = issues::allocate_index(tx, grant.repository_id).await?;
     let issue_id = issues::insert_issue(
@@ -221,7 +228,7 @@ async fn create(
             "grant row vanished during submit"
         )));
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Reads back a receipt by request key, in every grant state.

@@ -149,7 +149,24 @@ impl GrantView {
             revoked_at: g.revoked_at.clone(),
             revoked_by: user(g.revoked_by, &g.revoked_by_login),
             revoke_reason: g.revoke_reason.clone(),
-            admission: None,
+            admission: match (
+                &g.admission_id,
+                &g.admission_phase,
+                &g.admission_status,
+                &g.admission_snapshot_id,
+                &g.admission_evaluated_at,
+            ) {
+                (Some(id), Some(phase), Some(status), Some(snapshot), Some(at)) => {
+                    Some(AdmissionSummary {
+                        evaluation_id: *id,
+                        phase: phase.clone(),
+                        status: status.clone(),
+                        snapshot_id: *snapshot,
+                        evaluated_at: at.clone(),
+                    })
+                }
+                _ => None,
+            },
         })
     }
 }
@@ -294,7 +311,20 @@ impl SubmissionView {
                 id: s.agent_id,
                 login: s.agent_login.clone(),
             },
-            admission: None,
+            admission: match (
+                s.evaluation_id,
+                &s.evaluation_phase,
+                &s.evaluation_status,
+                s.evaluation_snapshot_id,
+            ) {
+                (Some(id), Some(phase), Some(status), Some(snapshot)) => Some(ReceiptAdmission {
+                    evaluation_id: id,
+                    phase: phase.clone(),
+                    status: status.clone(),
+                    snapshot_id: snapshot,
+                }),
+                _ => None,
+            },
             created_at: s.created_at.clone(),
         }
     }

@@ -4,7 +4,9 @@ use sea_query::{
     Cond, Expr, ExprTrait, IntoCondition, JoinType, LockType, Order, Query, SelectStatement, Value,
 };
 
-use super::schema::{Collaborators, GrantEvents, Grants, Repositories, Users};
+use super::schema::{
+    AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Users,
+};
 use super::{StoreResult, Tx};
 
 /// A grant joined with every login and repository fact its JSON needs.
@@ -36,6 +38,11 @@ pub struct GrantRow {
     pub revoked_by: Option<i64>,
     pub revoked_by_login: Option<String>,
     pub revoke_reason: Option<String>,
+    pub admission_id: Option<i64>,
+    pub admission_phase: Option<String>,
+    pub admission_status: Option<String>,
+    pub admission_snapshot_id: Option<i64>,
+    pub admission_evaluated_at: Option<String>,
 }
 
 fn select_grant() -> SelectStatement {
@@ -75,6 +82,23 @@ fn select_grant() -> SelectStatement {
     .expr_as(Expr::col(("issuer", Users::Login)), "issuer_login")
     .expr_as(Expr::col(("approver", Users::Login)), "approver_login")
     .expr_as(Expr::col(("revoker", Users::Login)), "revoked_by_login")
+    .expr_as(Expr::col(("le", AdmissionEvaluations::Id)), "admission_id")
+    .expr_as(
+        Expr::col(("le", AdmissionEvaluations::Phase)),
+        "admission_phase",
+    )
+    .expr_as(
+        Expr::col(("le", AdmissionEvaluations::Status)),
+        "admission_status",
+    )
+    .expr_as(
+        Expr::col(("le", AdmissionEvaluations::SnapshotId)),
+        "admission_snapshot_id",
+    )
+    .expr_as(
+        Expr::col(("le", AdmissionEvaluations::EvaluatedAt)),
+        "admission_evaluated_at",
+    )
     .from(g)
     .inner_join(
         Repositories::Table,
@@ -95,6 +119,17 @@ fn select_grant() -> SelectStatement {
         };
         q.join_as(kind, Users::Table, alias, on);
     }
+    let latest = Query::select()
+        .expr(Expr::col(("e2", AdmissionEvaluations::Id)).max())
+        .from_as(AdmissionEvaluations::Table, "e2")
+        .and_where(Expr::col(("e2", AdmissionEvaluations::GrantId)).equals((g, Grants::Id)))
+        .to_owned();
+    q.join_as(
+        JoinType::LeftJoin,
+        AdmissionEvaluations::Table,
+        "le",
+        Expr::col(("le", AdmissionEvaluations::Id)).in_subquery(latest),
+    );
     q
 }
 

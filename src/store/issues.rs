@@ -2,7 +2,7 @@
 
 use sea_query::{Expr, ExprTrait, JoinType, Order, Query, SelectStatement};
 
-use super::schema::{Issues, Repositories, Submissions, Users};
+use super::schema::{AdmissionEvaluations, Issues, Repositories, Submissions, Users};
 use super::{StoreResult, Tx};
 
 /// Allocates the next per-repository issue index (never reused: the counter
@@ -180,6 +180,9 @@ pub struct SubmissionRow {
     pub created_at: String,
     pub current_repository_id: Option<i64>,
     pub current_index: Option<i64>,
+    pub evaluation_phase: Option<String>,
+    pub evaluation_status: Option<String>,
+    pub evaluation_snapshot_id: Option<i64>,
 }
 
 fn select_submission() -> SelectStatement {
@@ -209,6 +212,18 @@ fn select_submission() -> SelectStatement {
             Expr::col((Issues::Table, Issues::IssueIndex)),
             "current_index",
         )
+        .expr_as(
+            Expr::col(("ae", AdmissionEvaluations::Phase)),
+            "evaluation_phase",
+        )
+        .expr_as(
+            Expr::col(("ae", AdmissionEvaluations::Status)),
+            "evaluation_status",
+        )
+        .expr_as(
+            Expr::col(("ae", AdmissionEvaluations::SnapshotId)),
+            "evaluation_snapshot_id",
+        )
         .from(s)
         .inner_join(
             Users::Table,
@@ -218,6 +233,12 @@ fn select_submission() -> SelectStatement {
             JoinType::LeftJoin,
             Issues::Table,
             Expr::col((Issues::Table, Issues::Id)).equals((s, Submissions::IssueId)),
+        )
+        .join_as(
+            JoinType::LeftJoin,
+            AdmissionEvaluations::Table,
+            "ae",
+            Expr::col(("ae", AdmissionEvaluations::Id)).equals((s, Submissions::EvaluationId)),
         )
         .to_owned()
 }

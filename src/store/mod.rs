@@ -2,6 +2,7 @@
 //! queries are built once with sea-query and rendered for the backend chosen
 //! from the database URL; rows decode through `sqlx::FromRow` on both.
 
+pub mod admission;
 pub mod grants;
 pub mod issues;
 pub mod principals;

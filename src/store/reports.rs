@@ -27,6 +27,8 @@ pub enum Report {
     Receipts,
     /// `report_grants_v1`
     Grants,
+    /// `report_admissions_v1`
+    Admissions,
 }
 
 use Kind::{Int, Text};
@@ -37,6 +39,7 @@ impl Report {
         match name {
             "receipts" => Some(Report::Receipts),
             "grants" => Some(Report::Grants),
+            "admissions" => Some(Report::Admissions),
             _ => None,
         }
     }
@@ -46,6 +49,7 @@ impl Report {
         match self {
             Report::Receipts => "report_receipts_v1",
             Report::Grants => "report_grants_v1",
+            Report::Admissions => "report_admissions_v1",
         }
     }
 
@@ -85,6 +89,20 @@ impl Report {
                 ("revoked_at", Text),
                 ("last_admission_status", Text),
             ],
+            Report::Admissions => &[
+                ("evaluation_id", Int),
+                ("grant_id", Int),
+                ("phase", Text),
+                ("status", Text),
+                ("retryable", Int),
+                ("blocked_count", Int),
+                ("warning_count", Int),
+                ("snapshot_id", Int),
+                ("catalog_version", Text),
+                ("evaluated_at", Text),
+                ("repository", Text),
+                ("agent_login", Text),
+            ],
         }
     }
 
@@ -92,6 +110,7 @@ impl Report {
         match self {
             Report::Receipts => "submitted_at",
             Report::Grants => "created_at",
+            Report::Admissions => "evaluated_at",
         }
     }
 
@@ -99,6 +118,7 @@ impl Report {
         match self {
             Report::Receipts => &["submitted_at", "grant_id", "request_key"],
             Report::Grants => &["grant_id"],
+            Report::Admissions => &["evaluation_id"],
         }
     }
 }

@@ -161,3 +161,66 @@ pub enum Submissions {
     EvaluationId,
     CreatedAt,
 }
+
+/// `catalogs`
+#[derive(Iden, Clone, Copy)]
+pub enum Catalogs {
+    Table,
+    Version,
+    Content,
+    FirstLoadedAt,
+}
+
+/// `mcp_health`
+#[derive(Iden, Clone, Copy)]
+pub enum McpHealth {
+    Table,
+    McpId,
+    Installed,
+    Healthy,
+    Detail,
+    CheckedAt,
+    UpdatedBy,
+}
+
+/// `health_snapshots`
+#[derive(Iden, Clone, Copy)]
+pub enum HealthSnapshots {
+    Table,
+    Id,
+    Digest,
+    Content,
+    CreatedAt,
+}
+
+/// `fs_context_changes`
+#[derive(Iden, Clone, Copy)]
+pub enum FsContextChanges {
+    Table,
+    Id,
+    RepositoryId,
+    Action,
+    Capabilities,
+    ActorId,
+    At,
+}
+
+/// `admission_evaluations`
+#[derive(Iden, Clone, Copy)]
+pub enum AdmissionEvaluations {
+    Table,
+    Id,
+    GrantId,
+    Phase,
+    Status,
+    Retryable,
+    BlockedCount,
+    WarningCount,
+    SnapshotId,
+    CatalogVersion,
+    FilesystemGrantId,
+    ProposalDigest,
+    Decisions,
+    ActorId,
+    EvaluatedAt,
+}

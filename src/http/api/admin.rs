@@ -180,3 +180,37 @@ pub async fn report(
     )
         .into_response())
 }
+
+/// Sets an MCP's health (`write:admin`).
+#[utoipa::path(put, path = "/api/v1/admin/mcp/{mcp_id}/health", tag = "admin", request_body = crate::service::health::HealthInput,
+    params(("mcp_id" = String, Path)),
+    responses((status = 200, body = crate::service::health::HealthView), (status = 400, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("token" = [])))]
+pub async fn put_mcp_health(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    body: Body,
+) -> Result<Json<crate::service::health::HealthView>, ApiError> {
+    let caller = api_caller(&ctx, &headers).await?;
+    Setup::Api(&caller).check()?;
+    let id = segments(path)?;
+    let input = strict_json(&headers, body).await?;
+    Ok(Json(
+        crate::service::health::set(&ctx, Setup::Api(&caller), &id, input, &caller.login).await?,
+    ))
+}
+
+/// Every MCP's health and the catalog in use (`read:admin`).
+#[utoipa::path(get, path = "/api/v1/admin/mcp", tag = "admin",
+    responses((status = 200, body = crate::service::health::HealthReport), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("token" = [])))]
+pub async fn get_mcp_health(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+) -> Result<Json<crate::service::health::HealthReport>, ApiError> {
+    let caller = api_caller(&ctx, &headers).await?;
+    caller.require_admin(crate::domain::scope::Scope::ReadAdmin)?;
+    Ok(Json(crate::service::health::report(&ctx).await?))
+}

@@ -120,3 +120,25 @@ pub async fn confirm_grant(
     let grant = agent::confirm(&ctx, &caller, &owner, &repo, id, &triple).await?;
     Ok(Json(GrantEnvelope { grant }))
 }
+
+/// The admission preview of one of the calling bot's grants, against the
+/// current health; computed, never stored.
+#[utoipa::path(get, path = "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/admission", tag = "agent",
+    params(("owner" = String, Path), ("repo" = String, Path), ("grant_id" = i64, Path)),
+    responses((status = 200, body = crate::service::admission::PackageView), (status = 400, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("token" = [])))]
+pub async fn admission_preview(
+    State(ctx): State<Ctx>,
+    headers: HeaderMap,
+    path: Result<Path<Triplet>, PathRejection>,
+) -> Result<Json<crate::service::admission::PackageView>, ApiError> {
+    let caller = api_caller(&ctx, &headers).await?;
+    caller.require_bot()?;
+    caller.require(&[Scope::ReadRepository])?;
+    let (owner, repo, id) = segments(path)?;
+    let id = GrantId::parse(&id)?;
+    Ok(Json(
+        crate::service::admission::preview(&ctx, &caller, &owner, &repo, id).await?,
+    ))
+}

@@ -20,7 +20,8 @@ use crate::service::{Ctx, Error};
 #[openapi(
     info(title = "Writ", description = "The durable ledger of native agent work grants."),
     paths(
-        agent::list_grants, agent::get_grant, agent::confirm_grant,
+        agent::list_grants, agent::get_grant, agent::confirm_grant, agent::admission_preview,
+        admin::put_mcp_health, admin::get_mcp_health,
         submissions::submit_work, submissions::read_submission,
         issues::get_issue, issues::list_issues, issues::create_issue, issues::delete_issue, issues::transfer_issue,
         admin::create_user, admin::create_token, admin::revoke_token,
@@ -93,6 +94,15 @@ pub fn routes() -> Router<Ctx> {
             put(admin::put_collaborator).delete(admin::delete_collaborator),
         )
         .route("/api/v1/admin/reports/{name}", get(admin::report))
+        .route("/api/v1/admin/mcp", get(admin::get_mcp_health))
+        .route(
+            "/api/v1/admin/mcp/{mcp_id}/health",
+            put(admin::put_mcp_health),
+        )
+        .route(
+            "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/admission",
+            get(agent::admission_preview),
+        )
         .route("/api/v1/openapi.json", get(openapi_json))
 }
 

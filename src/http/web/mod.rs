@@ -2,6 +2,7 @@
 //! Every changing POST checks Origin/Referer and Sec-Fetch-Site, and the
 //! service consumes its nonce inside the change's own transaction.
 
+pub mod settings;
 pub mod templates;
 
 use askama::Template;
@@ -58,7 +59,7 @@ async fn stylesheet() -> impl IntoResponse {
     )
 }
 
-fn html(status: StatusCode, page: impl Template) -> Response {
+pub(crate) fn html(status: StatusCode, page: impl Template) -> Response {
     match page.render() {
         Ok(body) => (
             status,
@@ -75,7 +76,7 @@ pub fn not_found_page() -> Response {
     error_response(&Error::NotFound, Chrome::default())
 }
 
-fn error_response(err: &Error, chrome: Chrome) -> Response {
+pub(crate) fn error_response(err: &Error, chrome: Chrome) -> Response {
     if let Error::Internal(_) = err {
         let Error::Internal(cause) = err else {
             unreachable!()
@@ -115,7 +116,11 @@ async fn current_session(ctx: &Ctx, jar: &CookieJar) -> Result<Option<WebSession
 }
 
 /// The frame of a signed-in page, with a fresh logout nonce.
-async fn chrome(ctx: &Ctx, session: &WebSession, notice: Option<String>) -> Result<Chrome, Error> {
+pub(crate) async fn chrome(
+    ctx: &Ctx,
+    session: &WebSession,
+    notice: Option<String>,
+) -> Result<Chrome, Error> {
     let login = session.user.as_ref().map(|u| u.login.clone());
     let logout_nonce = if login.is_some() {
         sessions::issue_nonces(ctx, session.id, &[("logout", String::new())])
@@ -164,7 +169,7 @@ fn check_origin(ctx: &Ctx, headers: &HeaderMap) -> Result<(), Error> {
 }
 
 /// A page that needs a signed-in human: the session, or a redirect to login.
-async fn signed_in(ctx: &Ctx, jar: &CookieJar) -> Result<WebSession, Response> {
+pub(crate) async fn signed_in(ctx: &Ctx, jar: &CookieJar) -> Result<WebSession, Response> {
     match current_session(ctx, jar).await {
         Ok(Some(s)) if s.user.is_some() => Ok(s),
         Ok(_) => Err(Redirect::to("/user/login").into_response()),
@@ -173,7 +178,7 @@ async fn signed_in(ctx: &Ctx, jar: &CookieJar) -> Result<WebSession, Response> {
 }
 
 /// A changing POST: origin checked, session required (else 403).
-async fn form_session(
+pub(crate) async fn form_session(
     ctx: &Ctx,
     jar: &CookieJar,
     headers: &HeaderMap,
@@ -191,7 +196,7 @@ async fn form_session(
     }
 }
 
-async fn refusal(ctx: &Ctx, session: &WebSession, err: Error) -> Response {
+pub(crate) async fn refusal(ctx: &Ctx, session: &WebSession, err: Error) -> Response {
     let chrome = chrome(ctx, session, None).await.unwrap_or_default();
     error_response(&err, chrome)
 }
@@ -590,6 +595,8 @@ async fn render_grant(
             approve_blocked_reason: data.approve_blocked_reason,
             bots: Vec::new(),
             fields,
+            admission: data.admission,
+            viewer_is_admin: data.viewer_is_admin,
         },
     )
 }

@@ -98,4 +98,49 @@ pub struct GrantPage {
     pub approve_blocked_reason: Option<&'static str>,
     pub bots: Vec<String>,
     pub fields: FieldValues,
+    pub admission: crate::service::admission::PackageView,
+    pub viewer_is_admin: bool,
+}
+
+/// `/{owner}/{repo}/settings/filesystem-context`
+#[derive(Template)]
+#[template(path = "fs_context.html")]
+pub struct FsContextPage {
+    pub chrome: Chrome,
+    pub full_name: String,
+    pub current: String,
+    pub capabilities: Vec<(&'static str, bool)>,
+    pub history: Vec<crate::store::admission::FsChangeRow>,
+    pub nonce: String,
+    pub error: Option<String>,
+}
+
+/// `/admin/mcp`
+#[derive(Template)]
+#[template(path = "admin_mcp.html")]
+pub struct AdminMcpPage {
+    pub chrome: Chrome,
+    pub report: crate::service::health::HealthReport,
+    pub catalog_text: String,
+}
+
+/// The call to action of a decision's recovery, in words for people.
+pub fn recovery_text(d: &crate::domain::admission::Decision) -> &'static str {
+    use crate::domain::admission::decide::Recovery;
+    match d.recovery_action {
+        Recovery::ContinueAsPromptContext => "Nothing: it is used as planning context only.",
+        Recovery::ApproveProjectFilesystemContext => {
+            "A repository admin approves project filesystem context."
+        }
+        Recovery::InstallOrFixMcp => "An operator installs or fixes the MCP, then retries.",
+        Recovery::RevisePlan => "Revise the plan (edit the grant's MCP requirements).",
+        Recovery::DeferLiveMcpFeature => {
+            "Nothing: this live MCP feature is not available in this version; the work goes on without it."
+        }
+    }
+}
+
+/// True when the recovery is approving project filesystem context.
+pub fn recovery_is_fs(d: &crate::domain::admission::Decision) -> bool {
+    d.recovery_action == crate::domain::admission::decide::Recovery::ApproveProjectFilesystemContext
 }

@@ -1,0 +1,149 @@
+//! Repository settings (project filesystem context) and the MCP health page.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum_extra::extract::CookieJar;
+use axum_extra::extract::Form;
+use serde::Deserialize;
+
+use super::templates::{self, Chrome};
+use super::{chrome, error_response, form_session, html, not_found_page, refusal, signed_in};
+use crate::domain::admission::fs_context::FS_CAPABILITIES;
+use crate::domain::ids::is_reserved;
+use crate::service::sessions::WebSession;
+use crate::service::{Ctx, Error, fs_context, health};
+
+async fn render(
+    ctx: &Ctx,
+    session: &WebSession,
+    owner: &str,
+    repo: &str,
+    status: StatusCode,
+    error: Option<String>,
+) -> Response {
+    let page = match fs_context::page(ctx, session, owner, repo).await {
+        Ok(p) => p,
+        Err(e) => return refusal(ctx, session, e).await,
+    };
+    let chrome = match chrome(ctx, session, None).await {
+        Ok(c) => c,
+        Err(e) => return error_response(&e, Chrome::default()),
+    };
+    html(
+        status,
+        templates::FsContextPage {
+            chrome,
+            full_name: page.repo.full_name(),
+            current: page.current,
+            capabilities: FS_CAPABILITIES
+                .iter()
+                .map(|c| (*c, page.capabilities.contains(*c)))
+                .collect(),
+            history: page.history,
+            nonce: page.nonce,
+            error,
+        },
+    )
+}
+
+/// `GET /{owner}/{repo}/settings/filesystem-context`
+pub async fn fs_context_page(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    Path((owner, repo)): Path<(String, String)>,
+) -> Response {
+    if is_reserved(&owner) {
+        return not_found_page();
+    }
+    match signed_in(&ctx, &jar).await {
+        Ok(session) => render(&ctx, &session, &owner, &repo, StatusCode::OK, None).await,
+        Err(r) => r,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct FsForm {
+    #[serde(default)]
+    nonce: String,
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    capabilities: Vec<String>,
+}
+
+/// `POST /{owner}/{repo}/settings/filesystem-context`
+pub async fn fs_context_change(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    headers: HeaderMap,
+    Path((owner, repo)): Path<(String, String)>,
+    form: Result<Form<FsForm>, axum_extra::extract::FormRejection>,
+) -> Response {
+    let session = match form_session(&ctx, &jar, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let Ok(Form(form)) = form else {
+        return refusal(
+            &ctx,
+            &session,
+            Error::Unprocessable("the form is malformed".into()),
+        )
+        .await;
+    };
+    match fs_context::change(
+        &ctx,
+        &session,
+        &form.nonce,
+        &owner,
+        &repo,
+        &form.action,
+        &form.capabilities,
+    )
+    .await
+    {
+        Ok(()) => {
+            Redirect::to(&format!("/{owner}/{repo}/settings/filesystem-context")).into_response()
+        }
+        Err(Error::Unprocessable(m)) => {
+            render(
+                &ctx,
+                &session,
+                &owner,
+                &repo,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some(m),
+            )
+            .await
+        }
+        Err(e) => refusal(&ctx, &session, e).await,
+    }
+}
+
+/// `GET /admin/mcp` (site admins)
+pub async fn admin_mcp(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
+    let session = match signed_in(&ctx, &jar).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if !session.user.as_ref().is_some_and(|u| u.is_admin) {
+        return refusal(&ctx, &session, Error::NotFound).await;
+    }
+    let report = match health::report(&ctx).await {
+        Ok(r) => r,
+        Err(e) => return refusal(&ctx, &session, e).await,
+    };
+    let chrome = match chrome(&ctx, &session, None).await {
+        Ok(c) => c,
+        Err(e) => return error_response(&e, Chrome::default()),
+    };
+    html(
+        StatusCode::OK,
+        templates::AdminMcpPage {
+            chrome,
+            report,
+            catalog_text: ctx.catalog.text.clone(),
+        },
+    )
+}

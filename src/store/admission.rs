@@ -1,0 +1,291 @@
+//! Admission records: catalogs, MCP health, snapshots, project filesystem
+//! context history, evaluations. Evaluations are never updated or deleted.
+
+use sea_query::{Expr, ExprTrait, OnConflict, Order, Query};
+
+use super::schema::{
+    AdmissionEvaluations, Catalogs, FsContextChanges, HealthSnapshots, McpHealth, Users,
+};
+use super::{StoreResult, Tx};
+
+/// Records a catalog version (once).
+pub async fn record_catalog(
+    tx: &mut Tx,
+    version: &str,
+    content: &str,
+    now: &str,
+) -> StoreResult<()> {
+    let q = Query::insert()
+        .into_table(Catalogs::Table)
+        .columns([
+            Catalogs::Version,
+            Catalogs::Content,
+            Catalogs::FirstLoadedAt,
+        ])
+        .values_panic([version.into(), content.into(), now.into()])
+        .on_conflict(
+            OnConflict::column(Catalogs::Version)
+                .do_nothing()
+                .to_owned(),
+        )
+        .to_owned();
+    tx.execute(&q).await.map(|_| ())
+}
+
+/// The current health of one MCP.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct HealthRow {
+    pub mcp_id: String,
+    pub installed: bool,
+    pub healthy: bool,
+    pub detail: String,
+    pub checked_at: String,
+    pub updated_by: String,
+}
+
+/// Every MCP's current health, by id.
+pub async fn all_health(tx: &mut Tx) -> StoreResult<Vec<HealthRow>> {
+    let q = Query::select()
+        .columns([
+            McpHealth::McpId,
+            McpHealth::Installed,
+            McpHealth::Healthy,
+            McpHealth::Detail,
+            McpHealth::CheckedAt,
+            McpHealth::UpdatedBy,
+        ])
+        .from(McpHealth::Table)
+        .order_by(McpHealth::McpId, Order::Asc)
+        .to_owned();
+    tx.fetch_all(&q).await
+}
+
+/// Sets one MCP's health.
+pub async fn set_health(tx: &mut Tx, row: &HealthRow) -> StoreResult<()> {
+    let q = Query::insert()
+        .into_table(McpHealth::Table)
+        .columns([
+            McpHealth::McpId,
+            McpHealth::Installed,
+            McpHealth::Healthy,
+            McpHealth::Detail,
+            McpHealth::CheckedAt,
+            McpHealth::UpdatedBy,
+        ])
+        .values_panic([
+            row.mcp_id.clone().into(),
+            row.installed.into(),
+            row.healthy.into(),
+            row.detail.clone().into(),
+            row.checked_at.clone().into(),
+            row.updated_by.clone().into(),
+        ])
+        .on_conflict(
+            OnConflict::column(McpHealth::McpId)
+                .update_columns([
+                    McpHealth::Installed,
+                    McpHealth::Healthy,
+                    McpHealth::Detail,
+                    McpHealth::CheckedAt,
+                    McpHealth::UpdatedBy,
+                ])
+                .to_owned(),
+        )
+        .to_owned();
+    tx.execute(&q).await.map(|_| ())
+}
+
+/// The id of the snapshot with this digest, if one was captured.
+pub async fn find_snapshot(tx: &mut Tx, digest: &str) -> StoreResult<Option<i64>> {
+    let q = Query::select()
+        .column(HealthSnapshots::Id)
+        .from(HealthSnapshots::Table)
+        .and_where(Expr::col(HealthSnapshots::Digest).eq(digest))
+        .to_owned();
+    Ok(tx.fetch_optional::<(i64,)>(&q).await?.map(|r| r.0))
+}
+
+/// Captures a snapshot (deduplicated by digest) and returns its id.
+pub async fn capture_snapshot(
+    tx: &mut Tx,
+    digest: &str,
+    content: &str,
+    now: &str,
+) -> StoreResult<i64> {
+    let q = Query::insert()
+        .into_table(HealthSnapshots::Table)
+        .columns([
+            HealthSnapshots::Digest,
+            HealthSnapshots::Content,
+            HealthSnapshots::CreatedAt,
+        ])
+        .values_panic([digest.into(), content.into(), now.into()])
+        .on_conflict(
+            OnConflict::column(HealthSnapshots::Digest)
+                .do_nothing()
+                .to_owned(),
+        )
+        .to_owned();
+    tx.execute(&q).await?;
+    match find_snapshot(tx, digest).await? {
+        Some(id) => Ok(id),
+        None => Err(sqlx::Error::RowNotFound),
+    }
+}
+
+/// One change of project filesystem context.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FsChangeRow {
+    pub id: i64,
+    pub action: String,
+    pub capabilities: String,
+    pub actor_login: String,
+    pub at: String,
+}
+
+/// A repository's project filesystem context history, oldest first.
+pub async fn fs_history(tx: &mut Tx, repository_id: i64) -> StoreResult<Vec<FsChangeRow>> {
+    let c = FsContextChanges::Table;
+    let q = Query::select()
+        .columns([
+            (c, FsContextChanges::Id),
+            (c, FsContextChanges::Action),
+            (c, FsContextChanges::Capabilities),
+            (c, FsContextChanges::At),
+        ])
+        .expr_as(Expr::col((Users::Table, Users::Login)), "actor_login")
+        .from(c)
+        .inner_join(
+            Users::Table,
+            Expr::col((Users::Table, Users::Id)).equals((c, FsContextChanges::ActorId)),
+        )
+        .and_where(Expr::col((c, FsContextChanges::RepositoryId)).eq(repository_id))
+        .order_by((c, FsContextChanges::Id), Order::Asc)
+        .to_owned();
+    tx.fetch_all(&q).await
+}
+
+/// Appends a change of project filesystem context.
+pub async fn insert_fs_change(
+    tx: &mut Tx,
+    repository_id: i64,
+    action: &str,
+    capabilities: &str,
+    actor_id: i64,
+    now: &str,
+) -> StoreResult<i64> {
+    let q = Query::insert()
+        .into_table(FsContextChanges::Table)
+        .columns([
+            FsContextChanges::RepositoryId,
+            FsContextChanges::Action,
+            FsContextChanges::Capabilities,
+            FsContextChanges::ActorId,
+            FsContextChanges::At,
+        ])
+        .values_panic([
+            repository_id.into(),
+            action.into(),
+            capabilities.into(),
+            actor_id.into(),
+            now.into(),
+        ])
+        .returning_col(FsContextChanges::Id)
+        .to_owned();
+    Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
+}
+
+/// A persisted evaluation.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EvaluationRow {
+    pub id: i64,
+    pub grant_id: i64,
+    pub phase: String,
+    pub status: String,
+    pub retryable: bool,
+    pub snapshot_id: i64,
+    pub catalog_version: String,
+    pub filesystem_grant_id: Option<i64>,
+    pub decisions: String,
+    pub evaluated_at: String,
+}
+
+/// An evaluation to persist.
+pub struct NewEvaluation<'a> {
+    pub grant_id: i64,
+    pub phase: &'a str,
+    pub status: &'a str,
+    pub retryable: bool,
+    pub blocked_count: i64,
+    pub warning_count: i64,
+    pub snapshot_id: i64,
+    pub catalog_version: &'a str,
+    pub filesystem_grant_id: Option<i64>,
+    pub proposal_digest: &'a str,
+    pub decisions: &'a str,
+    pub actor_id: i64,
+    pub now: &'a str,
+}
+
+/// Persists an evaluation and returns its id.
+pub async fn insert_evaluation(tx: &mut Tx, e: NewEvaluation<'_>) -> StoreResult<i64> {
+    use AdmissionEvaluations as A;
+    let q = Query::insert()
+        .into_table(A::Table)
+        .columns([
+            A::GrantId,
+            A::Phase,
+            A::Status,
+            A::Retryable,
+            A::BlockedCount,
+            A::WarningCount,
+            A::SnapshotId,
+            A::CatalogVersion,
+            A::FilesystemGrantId,
+            A::ProposalDigest,
+            A::Decisions,
+            A::ActorId,
+            A::EvaluatedAt,
+        ])
+        .values_panic([
+            e.grant_id.into(),
+            e.phase.into(),
+            e.status.into(),
+            e.retryable.into(),
+            e.blocked_count.into(),
+            e.warning_count.into(),
+            e.snapshot_id.into(),
+            e.catalog_version.into(),
+            e.filesystem_grant_id.into(),
+            e.proposal_digest.into(),
+            e.decisions.into(),
+            e.actor_id.into(),
+            e.now.into(),
+        ])
+        .returning_col(A::Id)
+        .to_owned();
+    Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
+}
+
+/// A grant's evaluations, oldest first.
+pub async fn evaluations_of(tx: &mut Tx, grant_id: i64) -> StoreResult<Vec<EvaluationRow>> {
+    use AdmissionEvaluations as A;
+    let q = Query::select()
+        .columns([
+            A::Id,
+            A::GrantId,
+            A::Phase,
+            A::Status,
+            A::Retryable,
+            A::SnapshotId,
+            A::CatalogVersion,
+            A::FilesystemGrantId,
+            A::Decisions,
+            A::EvaluatedAt,
+        ])
+        .from(A::Table)
+        .and_where(Expr::col(A::GrantId).eq(grant_id))
+        .order_by(A::Id, Order::Asc)
+        .to_owned();
+    tx.fetch_all(&q).await
+}
