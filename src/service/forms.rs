@@ -49,6 +49,67 @@ pub struct GrantForm {
     /// JSON array as text, optional.
     #[serde(default)]
     pub mcp_requirements: String,
+    /// The requirement editor's rows (an alternative to the JSON text).
+    #[serde(skip)]
+    pub rows: Vec<RequirementRow>,
+}
+
+/// One row of the requirement editor, as posted.
+#[derive(Debug, Clone, Default)]
+pub struct RequirementRow {
+    /// MCP id.
+    pub mcp_id: String,
+    /// Specialist role.
+    pub agent: String,
+    /// `required` or `optional`.
+    pub requirement: String,
+    /// Capabilities, separated by commas, spaces or new lines.
+    pub capabilities: String,
+    /// `continue_without_mcp`, `ask_user` or `block`.
+    pub fallback: String,
+    /// Prohibited capabilities, separated like `capabilities`.
+    pub prohibited: String,
+    /// Planning text, optional.
+    pub prompt_context: String,
+}
+
+impl RequirementRow {
+    fn is_blank(&self) -> bool {
+        [
+            &self.mcp_id,
+            &self.agent,
+            &self.capabilities,
+            &self.prohibited,
+            &self.prompt_context,
+        ]
+        .iter()
+        .all(|f| f.trim().is_empty())
+    }
+
+    fn parse(&self, n: usize) -> Result<McpRequirement> {
+        let bad = |m: String| Error::Unprocessable(format!("requirement row {}: {m}", n + 1));
+        let list = |raw: &str| -> Vec<String> {
+            raw.split(|c: char| c == ',' || c.is_whitespace())
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        let quoted = |v: &str| serde_json::to_string(v).unwrap_or_default();
+        let requirement = serde_json::from_str(&quoted(self.requirement.trim()))
+            .map_err(|_| bad("requirement must be required or optional".into()))?;
+        let fallback = serde_json::from_str(&quoted(self.fallback.trim()))
+            .map_err(|_| bad("fallback must be continue_without_mcp, ask_user or block".into()))?;
+        Ok(McpRequirement {
+            mcp_id: self.mcp_id.trim().to_owned(),
+            agent: self.agent.trim().to_owned(),
+            requirement,
+            capabilities: list(&self.capabilities),
+            fallback,
+            prohibited_capabilities: list(&self.prohibited),
+            prompt_context: (!self.prompt_context.trim().is_empty())
+                .then(|| self.prompt_context.clone()),
+        })
+    }
 }
 
 /// The prepare/edit fields once validated.
@@ -92,8 +153,22 @@ impl GrantForm {
                 Some(t)
             }
         };
+        let rows: Vec<&RequirementRow> = self.rows.iter().filter(|r| !r.is_blank()).collect();
         let mcp_requirements = match self.mcp_requirements.trim() {
-            "" => Vec::new(),
+            "" => {
+                let reqs = rows
+                    .iter()
+                    .enumerate()
+                    .map(|(n, r)| r.parse(n))
+                    .collect::<Result<Vec<_>>>()?;
+                validate_requirements(&reqs).map_err(|m| bad(&format!("mcp_requirements: {m}")))?;
+                reqs
+            }
+            _ if !rows.is_empty() => {
+                return Err(bad(
+                    "mcp_requirements: use either the requirement rows or the JSON text, not both",
+                ));
+            }
             raw => {
                 let reqs: Vec<McpRequirement> = serde_json::from_str(raw).map_err(|e| {
                     bad(&format!(

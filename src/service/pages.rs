@@ -177,6 +177,11 @@ pub struct GrantPage {
     pub admission: super::admission::PackageView,
     /// The viewer administers the repository.
     pub viewer_is_admin: bool,
+    /// Nonce of the inline project filesystem context form (admins, when a
+    /// decision needs it).
+    pub fs_nonce: Option<String>,
+    /// The grant's receipts, oldest first.
+    pub receipts: Vec<super::view::SubmissionView>,
 }
 
 /// Reads a grant page for a repository reader.
@@ -196,7 +201,16 @@ pub async fn grant_page(
         .ok_or(Error::NotFound)?;
     let events = grants::events_of(&mut tx, row.id).await?;
     let admission = super::admission::preview_in(ctx, &mut tx, &row).await?;
+    let receipts = crate::store::issues::submissions_of_grant(&mut tx, row.id)
+        .await?
+        .iter()
+        .map(super::view::SubmissionView::from_row)
+        .collect();
     tx.commit().await?;
+    let needs_fs = admission.decisions.iter().any(|d| {
+        d.recovery_action
+            == crate::domain::admission::decide::Recovery::ApproveProjectFilesystemContext
+    });
     let state = facts(&row)?.state;
     let steward = row.issuer_id == user.id || perm == Permission::Admin;
     let allowed = |event| human_transition(event, state).is_ok();
@@ -221,11 +235,16 @@ pub async fn grant_page(
             forms.push((action, target.clone()));
         }
     }
+    let can_fs = needs_fs && perm == Permission::Admin;
+    if can_fs {
+        forms.push(("fs_context", format!("repo:{}", repo.id)));
+    }
     let mut nonces = issue_nonces(ctx, session.id, &forms).await?.into_iter();
     let mut next = |wanted: bool| if wanted { nonces.next() } else { None };
     let edit_nonce = next(can_edit);
     let approve_nonce = next(can_approve);
     let withdraw_nonce = next(can_withdraw);
+    let fs_nonce = next(can_fs);
     Ok(GrantPage {
         repo,
         grant: GrantView::from_row(&row)?,
@@ -236,5 +255,7 @@ pub async fn grant_page(
         approve_blocked_reason,
         admission,
         viewer_is_admin: perm == Permission::Admin,
+        fs_nonce,
+        receipts,
     })
 }

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::catalog::{Catalog, Delivery};
 use super::classify::{CapabilityClass, Classified, canonical, classify, normalize};
 use super::fs_context::{FsGrantState, FsHistory};
+use super::present::{Presentation, present};
 use crate::domain::proposal::{Fallback, McpRequirement, Requirement};
 
 /// How a requirement takes part in the work.
@@ -111,6 +112,8 @@ pub struct Decision {
     pub recovery_action: Recovery,
     pub grant_state: Option<FsGrantState>,
     pub evidence_refs: Vec<String>,
+    /// Badge, headline and call to action (the one presentation mapping).
+    pub presentation: Presentation,
 }
 
 /// The package evaluation's computed part.
@@ -342,6 +345,7 @@ pub fn decide(
     if has_prompt {
         evidence_refs.push(format!("prompt_context:req-{index}"));
     }
+    let presentation = present(v.mode, v.status, v.recovery);
     Decision {
         schema_version: 1,
         decision_id: format!("req-{index}"),
@@ -353,10 +357,11 @@ pub fn decide(
         capability_classes: classes,
         mode: v.mode,
         status: v.status,
-        reason: v.reason,
+        reason: format!("{} {}", presentation.headline, v.reason),
         recovery_action: v.recovery,
         grant_state: fs_state,
         evidence_refs,
+        presentation,
     }
 }
 

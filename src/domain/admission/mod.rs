@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod classify;
 pub mod decide;
 pub mod fs_context;
+pub mod present;
 
 #[cfg(test)]
 mod tests;

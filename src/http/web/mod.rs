@@ -2,6 +2,7 @@
 //! Every changing POST checks Origin/Referer and Sec-Fetch-Site, and the
 //! service consumes its nonce inside the change's own transaction.
 
+pub mod grant_form;
 pub mod settings;
 pub mod templates;
 
@@ -18,9 +19,10 @@ use serde::Deserialize;
 
 use crate::domain::grant::Refusal;
 use crate::domain::ids::{GrantId, is_reserved};
-use crate::service::forms::{self, GrantForm};
+use crate::service::forms;
 use crate::service::sessions::{self, LoginFailure, NewCookie, WebSession};
 use crate::service::{Ctx, Error, pages};
+use grant_form::GrantFormPost;
 use templates::{Chrome, ErrorPage, FieldValues};
 
 const COOKIE: &str = "writ_session";
@@ -47,6 +49,11 @@ pub fn routes() -> Router<Ctx> {
             "/{owner}/{repo}/agent-work-grants/{id}/withdraw",
             post(withdraw),
         )
+        .route(
+            "/{owner}/{repo}/settings/filesystem-context",
+            get(settings::fs_context_page).post(settings::fs_context_change),
+        )
+        .route("/admin/mcp", get(settings::admin_mcp))
 }
 
 async fn stylesheet() -> impl IntoResponse {
@@ -433,17 +440,6 @@ async fn repo_grants(
     )
 }
 
-fn values_of(form: &GrantForm) -> FieldValues {
-    FieldValues {
-        agent: form.agent.clone(),
-        task: form.task.clone(),
-        summary: form.summary.clone(),
-        max_submissions: form.max_submissions.clone(),
-        expires_at: form.expires_at.clone(),
-        mcp_requirements: form.mcp_requirements.clone(),
-    }
-}
-
 async fn new_grant_form(
     ctx: &Ctx,
     session: &WebSession,
@@ -464,6 +460,11 @@ async fn new_grant_form(
             "10".into()
         } else {
             fields.max_submissions
+        },
+        rows: if fields.rows.is_empty() {
+            grant_form::rows_of(&[])
+        } else {
+            fields.rows.clone()
         },
         ..fields
     };
@@ -505,26 +506,18 @@ async fn new_grant(
     }
 }
 
-#[derive(Deserialize)]
-struct PrepareForm {
-    #[serde(default)]
-    nonce: String,
-    #[serde(flatten)]
-    fields: GrantForm,
-}
-
 async fn prepare(
     State(ctx): State<Ctx>,
     jar: CookieJar,
     headers: HeaderMap,
     Path((owner, repo)): Path<(String, String)>,
-    form: Result<Form<PrepareForm>, FormRejection>,
+    form: Result<axum_extra::extract::Form<GrantFormPost>, axum_extra::extract::FormRejection>,
 ) -> Response {
     let session = match form_session(&ctx, &jar, &headers).await {
         Ok(s) => s,
         Err(r) => return r,
     };
-    let Ok(Form(form)) = form else {
+    let Ok(axum_extra::extract::Form(form)) = form else {
         return refusal(
             &ctx,
             &session,
@@ -532,7 +525,7 @@ async fn prepare(
         )
         .await;
     };
-    match forms::prepare(&ctx, &session, &form.nonce, &owner, &repo, &form.fields).await {
+    match forms::prepare(&ctx, &session, &form.nonce, &owner, &repo, &form.fields()).await {
         Ok(id) => Redirect::to(&format!("/{owner}/{repo}/agent-work-grants/{id}")).into_response(),
         Err(Error::Unprocessable(m)) => {
             new_grant_form(
@@ -541,7 +534,7 @@ async fn prepare(
                 &owner,
                 &repo,
                 StatusCode::UNPROCESSABLE_ENTITY,
-                values_of(&form.fields),
+                form.values(),
                 Some(m),
             )
             .await
@@ -576,10 +569,13 @@ async fn render_grant(
             .as_str()
             .unwrap_or("")
             .to_owned(),
-        mcp_requirements: match proposal["mcp_requirements"].as_array() {
-            Some(a) if !a.is_empty() => serde_json::to_string_pretty(a).unwrap_or_default(),
-            _ => String::new(),
-        },
+        mcp_requirements: String::new(),
+        rows: grant_form::rows_of(
+            &serde_json::from_value::<Vec<crate::domain::proposal::McpRequirement>>(
+                proposal["mcp_requirements"].clone(),
+            )
+            .unwrap_or_default(),
+        ),
     };
     html(
         status,
@@ -595,8 +591,12 @@ async fn render_grant(
             approve_blocked_reason: data.approve_blocked_reason,
             bots: Vec::new(),
             fields,
+            sections: templates::AdmissionSections::of(&data.admission.decisions),
+            fs_needed: fs_needed(&data.admission.decisions),
             admission: data.admission,
             viewer_is_admin: data.viewer_is_admin,
+            fs_nonce: data.fs_nonce,
+            receipts: data.receipts,
         },
     )
 }
@@ -619,6 +619,21 @@ async fn grant_page(
         GrantId::parse(&id).map_err(|_| Error::NotFound)
     );
     render_grant(&ctx, &session, &owner, &repo, id, StatusCode::OK, None).await
+}
+
+/// The filesystem capabilities the preview's decisions need, pre-ticked.
+fn fs_needed(decisions: &[crate::domain::admission::Decision]) -> Vec<(&'static str, bool)> {
+    use crate::domain::admission::fs_context::FS_CAPABILITIES;
+    let needed: Vec<&str> = decisions
+        .iter()
+        .filter(|d| d.grant_state.is_some())
+        .flat_map(|d| d.normalized_capabilities.iter())
+        .filter_map(|c| c.strip_prefix("filesystem.project."))
+        .collect();
+    FS_CAPABILITIES
+        .iter()
+        .map(|c| (*c, needed.contains(c)))
+        .collect()
 }
 
 /// Answers a grant form: 303 to the grant page on success; the grant page
@@ -659,16 +674,6 @@ async fn after_grant_form(
 }
 
 #[derive(Deserialize)]
-struct EditForm {
-    #[serde(default)]
-    nonce: String,
-    #[serde(default)]
-    state_revision: String,
-    #[serde(flatten)]
-    fields: GrantForm,
-}
-
-#[derive(Deserialize)]
 struct ApproveForm {
     #[serde(default)]
     nonce: String,
@@ -695,14 +700,14 @@ async fn grant_form<T>(
     jar: &CookieJar,
     headers: &HeaderMap,
     id: &str,
-    form: Result<Form<T>, FormRejection>,
+    form: Option<T>,
     revision: impl Fn(&T) -> &str,
 ) -> Result<(WebSession, GrantId, T, i64), Response> {
     let session = form_session(ctx, jar, headers).await?;
     let parsed = GrantId::parse(id)
         .map_err(|_| Error::NotFound)
         .and_then(|id| {
-            let Form(f) = form.map_err(|_| Error::Unprocessable("the form is malformed".into()))?;
+            let f = form.ok_or_else(|| Error::Unprocessable("the form is malformed".into()))?;
             let rev = forms::parse_revision(revision(&f))?;
             Ok((id, f, rev))
         });
@@ -717,14 +722,28 @@ async fn edit(
     jar: CookieJar,
     headers: HeaderMap,
     Path((owner, repo, id)): Path<(String, String, String)>,
-    form: Result<Form<EditForm>, FormRejection>,
+    form: Result<axum_extra::extract::Form<GrantFormPost>, axum_extra::extract::FormRejection>,
 ) -> Response {
     let (session, id, f, rev) =
-        match grant_form(&ctx, &jar, &headers, &id, form, |f| &f.state_revision).await {
+        match grant_form(&ctx, &jar, &headers, &id, form.ok().map(|f| f.0), |f| {
+            &f.state_revision
+        })
+        .await
+        {
             Ok(v) => v,
             Err(r) => return r,
         };
-    let result = forms::edit(&ctx, &session, &f.nonce, &owner, &repo, id, rev, &f.fields).await;
+    let result = forms::edit(
+        &ctx,
+        &session,
+        &f.nonce,
+        &owner,
+        &repo,
+        id,
+        rev,
+        &f.fields(),
+    )
+    .await;
     after_grant_form(&ctx, &session, &owner, &repo, id, result).await
 }
 
@@ -736,7 +755,11 @@ async fn approve(
     form: Result<Form<ApproveForm>, FormRejection>,
 ) -> Response {
     let (session, id, f, rev) =
-        match grant_form(&ctx, &jar, &headers, &id, form, |f| &f.state_revision).await {
+        match grant_form(&ctx, &jar, &headers, &id, form.ok().map(|f| f.0), |f| {
+            &f.state_revision
+        })
+        .await
+        {
             Ok(v) => v,
             Err(r) => return r,
         };
@@ -763,7 +786,11 @@ async fn withdraw(
     form: Result<Form<WithdrawForm>, FormRejection>,
 ) -> Response {
     let (session, id, f, rev) =
-        match grant_form(&ctx, &jar, &headers, &id, form, |f| &f.state_revision).await {
+        match grant_form(&ctx, &jar, &headers, &id, form.ok().map(|f| f.0), |f| {
+            &f.state_revision
+        })
+        .await
+        {
             Ok(v) => v,
             Err(r) => return r,
         };

@@ -104,7 +104,9 @@ pub async fn fs_context_change(
     .await
     {
         Ok(()) => {
-            Redirect::to(&format!("/{owner}/{repo}/settings/filesystem-context")).into_response()
+            let back = came_from(&ctx, &headers)
+                .unwrap_or_else(|| format!("/{owner}/{repo}/settings/filesystem-context"));
+            Redirect::to(&back).into_response()
         }
         Err(Error::Unprocessable(m)) => {
             render(
@@ -146,4 +148,13 @@ pub async fn admin_mcp(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
             catalog_text: ctx.catalog.text.clone(),
         },
     )
+}
+
+/// The same-origin page a form was posted from (its path and query), so the
+/// answer can send the person back there; never another origin.
+fn came_from(ctx: &Ctx, headers: &HeaderMap) -> Option<String> {
+    let referer = headers.get(axum::http::header::REFERER)?.to_str().ok()?;
+    let path = referer.strip_prefix(&ctx.config.public_origin())?;
+    (path.starts_with('/') && !path.starts_with("//") && !path.contains('\\'))
+        .then(|| path.to_owned())
 }

@@ -2,6 +2,8 @@
 
 use askama::Template;
 
+use crate::domain::admission::Decision;
+
 use crate::service::view::GrantView;
 use crate::store::grants::GrantEventRow;
 use crate::store::repos::RepoRow;
@@ -69,6 +71,30 @@ pub struct FieldValues {
     pub max_submissions: String,
     pub expires_at: String,
     pub mcp_requirements: String,
+    pub rows: Vec<RowValues>,
+}
+
+/// One row of the requirement editor as shown.
+#[derive(Debug, Default, Clone)]
+pub struct RowValues {
+    pub mcp_id: String,
+    pub agent: String,
+    pub requirement: String,
+    pub capabilities: String,
+    pub fallback: String,
+    pub prohibited: String,
+    pub prompt_context: String,
+}
+
+impl RowValues {
+    /// An empty row with the safest defaults selected.
+    pub fn blank() -> RowValues {
+        RowValues {
+            requirement: "required".into(),
+            fallback: "block".into(),
+            ..RowValues::default()
+        }
+    }
 }
 
 /// `/{owner}/{repo}/agent-work-grants/new`
@@ -100,6 +126,51 @@ pub struct GrantPage {
     pub fields: FieldValues,
     pub admission: crate::service::admission::PackageView,
     pub viewer_is_admin: bool,
+    pub sections: AdmissionSections,
+    pub fs_nonce: Option<String>,
+    pub fs_needed: Vec<(&'static str, bool)>,
+    pub receipts: Vec<crate::service::view::SubmissionView>,
+}
+
+/// The admission preview split by the four questions a grant page answers.
+#[derive(Debug, Default)]
+pub struct AdmissionSections {
+    /// Decisions that block.
+    pub blockers: Vec<Decision>,
+    /// 1. planning context only (grants nothing).
+    pub planning: Vec<Decision>,
+    /// 2. bounded project filesystem context.
+    pub filesystem: Vec<Decision>,
+    /// 3. missing or unhealthy MCPs.
+    pub unhealthy: Vec<Decision>,
+    /// 4. deferred live-MCP features.
+    pub deferred: Vec<Decision>,
+}
+
+impl AdmissionSections {
+    /// Splits a package's decisions; one decision may answer several questions.
+    pub fn of(decisions: &[Decision]) -> AdmissionSections {
+        use crate::domain::admission::decide::{Mode, Recovery, Status};
+        let pick =
+            |f: &dyn Fn(&Decision) -> bool| decisions.iter().filter(|d| f(d)).cloned().collect();
+        AdmissionSections {
+            blockers: pick(&|d| d.status == Status::Blocked),
+            planning: pick(&|d| d.mode == Mode::PlanningOnly),
+            filesystem: pick(&|d| {
+                d.grant_state.is_some() && d.recovery_action != Recovery::InstallOrFixMcp
+            }),
+            unhealthy: pick(&|d| d.recovery_action == Recovery::InstallOrFixMcp),
+            deferred: pick(&|d| d.mode == Mode::DeferredLiveMcp),
+        }
+    }
+
+    /// True when no decision needs attention.
+    pub fn is_quiet(&self) -> bool {
+        self.blockers.is_empty()
+            && self.filesystem.is_empty()
+            && self.unhealthy.is_empty()
+            && self.deferred.is_empty()
+    }
 }
 
 /// `/{owner}/{repo}/settings/filesystem-context`
@@ -122,25 +193,4 @@ pub struct AdminMcpPage {
     pub chrome: Chrome,
     pub report: crate::service::health::HealthReport,
     pub catalog_text: String,
-}
-
-/// The call to action of a decision's recovery, in words for people.
-pub fn recovery_text(d: &crate::domain::admission::Decision) -> &'static str {
-    use crate::domain::admission::decide::Recovery;
-    match d.recovery_action {
-        Recovery::ContinueAsPromptContext => "Nothing: it is used as planning context only.",
-        Recovery::ApproveProjectFilesystemContext => {
-            "A repository admin approves project filesystem context."
-        }
-        Recovery::InstallOrFixMcp => "An operator installs or fixes the MCP, then retries.",
-        Recovery::RevisePlan => "Revise the plan (edit the grant's MCP requirements).",
-        Recovery::DeferLiveMcpFeature => {
-            "Nothing: this live MCP feature is not available in this version; the work goes on without it."
-        }
-    }
-}
-
-/// True when the recovery is approving project filesystem context.
-pub fn recovery_is_fs(d: &crate::domain::admission::Decision) -> bool {
-    d.recovery_action == crate::domain::admission::decide::Recovery::ApproveProjectFilesystemContext
 }
