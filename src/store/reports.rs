@@ -156,8 +156,9 @@ fn query(report: Report, filter: &ReportFilter) -> SelectStatement {
     if let Some(until) = &filter.until {
         q.and_where(Expr::col(report.time_column()).lt(until.clone()));
     }
+    // Qualified, so the typed view column sorts, not its text alias.
     for column in report.order() {
-        q.order_by(*column, Order::Asc);
+        q.order_by((Alias::new(report.view()), Alias::new(*column)), Order::Asc);
     }
     q
 }

@@ -45,6 +45,73 @@ impl Drop for DbGuard {
     }
 }
 
+impl DbGuard {
+    /// The connection URL of the test's database (the one the app uses).
+    pub fn url(&self) -> String {
+        match self {
+            DbGuard::Sqlite(path) => format!("sqlite://{}", path.display()),
+            DbGuard::Postgres { admin_url, name } => with_database(admin_url, name),
+        }
+    }
+}
+
+/// A direct connection to a test database, for reading it with SQL the way
+/// an auditor would (reporting views), beside the running app.
+pub enum SqlConn {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(PgConnection),
+}
+
+impl SqlConn {
+    pub async fn connect(url: &str) -> SqlConn {
+        if url.starts_with("sqlite:") {
+            let conn = sqlx::SqliteConnection::connect(url)
+                .await
+                .expect("connect to the SQLite test database");
+            SqlConn::Sqlite(conn)
+        } else {
+            let conn = PgConnection::connect(url)
+                .await
+                .expect("connect to the PostgreSQL test database");
+            SqlConn::Postgres(conn)
+        }
+    }
+
+    /// Runs a query whose every column is text (or NULL) and returns the rows.
+    pub async fn text_rows(&mut self, sql: &str) -> Vec<Vec<Option<String>>> {
+        use sqlx::Row as _;
+        macro_rules! rows {
+            ($conn:expr) => {{
+                let rows = sqlx::query(AssertSqlSafe(sql.to_owned()))
+                    .fetch_all($conn)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                rows.iter()
+                    .map(|row| {
+                        (0..row.len())
+                            .map(|i| {
+                                row.try_get::<Option<String>, _>(i)
+                                    .unwrap_or_else(|e| panic!("{sql}: column {i}: {e}"))
+                            })
+                            .collect()
+                    })
+                    .collect()
+            }};
+        }
+        match self {
+            SqlConn::Sqlite(conn) => rows!(&mut *conn),
+            SqlConn::Postgres(conn) => rows!(&mut *conn),
+        }
+    }
+
+    pub async fn close(self) {
+        let _ = match self {
+            SqlConn::Sqlite(conn) => conn.close().await,
+            SqlConn::Postgres(conn) => conn.close().await,
+        };
+    }
+}
+
 /// Replaces the database name in a `postgres://` URL, keeping its query.
 fn with_database(url: &str, name: &str) -> String {
     let after_scheme = url.find("://").map_or(0, |i| i + 3);

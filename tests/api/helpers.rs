@@ -189,6 +189,21 @@ impl Drop for TestApp {
     }
 }
 
+/// A second Writ serving the same database as a [`TestApp`], as another
+/// process behind the same public URL would.
+pub struct Replica {
+    /// `http://127.0.0.1:<port>` of this server (its public URL is the app's).
+    pub base: String,
+    _writ: writ::Writ,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
 /// A client that never follows redirects and never hangs for long.
 pub fn plain_client(cookies: bool) -> Client {
     Client::builder()
@@ -246,6 +261,44 @@ impl TestApp {
             server,
             _db: db,
         }
+    }
+
+    /// Serves the same database from a second Writ (same public URL).
+    pub async fn spawn_replica(&self) -> Replica {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let port = listener.local_addr().expect("local addr").port();
+        let config = writ::Config {
+            database_url: self.database_url(),
+            bind: format!("127.0.0.1:{port}"),
+            public_url: Some(self.base.clone()),
+            ..writ::Config::default()
+        };
+        let writ = writ::Writ::open(config).await.expect("open the replica");
+        let router = writ.router();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, router).await.expect("serve");
+        });
+        Replica {
+            base: format!("http://127.0.0.1:{port}"),
+            _writ: writ,
+            server,
+        }
+    }
+
+    /// The URL of this app's own database, for reading it directly with SQL.
+    pub fn database_url(&self) -> String {
+        self._db.url()
+    }
+
+    /// The loopback port the app listens on.
+    pub fn port(&self) -> u16 {
+        self.base
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port in the base URL")
     }
 
     /// The absolute URL of a path.

@@ -47,12 +47,16 @@ mod helpers;
 mod world;
 
 mod access;
+mod admission;
 mod agent;
 mod bad_input;
 mod digest;
 mod errors;
 mod forms;
+mod issues;
 mod matrix;
 mod pagination;
+mod reporting;
 mod service;
 mod sessions;
+mod submissions;

@@ -286,3 +286,213 @@ pub fn grant_of(resp: &Resp) -> Value {
 pub fn state_of(grant: &Value) -> Value {
     json!({"state": grant["state"], "state_revision": grant["state_revision"]})
 }
+
+// ---------------------------------------------------------------------------
+// Submissions (handoff), readback and issues.
+// ---------------------------------------------------------------------------
+
+/// A fresh canonical lowercase UUIDv4 request key.
+pub fn new_key() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// `.../agent-work-grants/{id}/issues`: the submit route.
+pub fn submit_path(owner: &str, repo: &str, id: impl std::fmt::Display) -> String {
+    format!("{}/issues", grant_path(owner, repo, id))
+}
+
+/// `.../agent-work-grants/{id}/submissions/{key}`: the readback route.
+pub fn readback_path(owner: &str, repo: &str, id: impl std::fmt::Display, key: &str) -> String {
+    format!("{}/submissions/{key}", grant_path(owner, repo, id))
+}
+
+/// `/api/v1/repos/{owner}/{repo}/issues`
+pub fn issues_path(owner: &str, repo: &str) -> String {
+    format!("/api/v1/repos/{owner}/{repo}/issues")
+}
+
+/// `/api/v1/repos/{owner}/{repo}/issues/{index}`
+pub fn issue_path(owner: &str, repo: &str, index: impl std::fmt::Display) -> String {
+    format!("/api/v1/repos/{owner}/{repo}/issues/{index}")
+}
+
+/// The body of a submit request.
+pub fn submit_body(digest: &str, key: &str, title: &str, body: &str) -> Value {
+    json!({
+        "proposal_schema": "agent_work_grant.v1",
+        "proposal_version": 1,
+        "proposal_digest": digest,
+        "request_key": key,
+        "title": title,
+        "body": body,
+    })
+}
+
+impl World<'_> {
+    /// The grant's current proposal digest.
+    pub async fn digest(&self, id: i64) -> String {
+        self.grant(id).await["proposal_digest"]
+            .as_str()
+            .expect("proposal_digest")
+            .to_owned()
+    }
+
+    /// alice prepares the grant described by `form`; builder-bot confirms and
+    /// alice approves it: active.
+    pub async fn active_with(&self, form: &Prepare) -> i64 {
+        let id = self.alice.prepare_ok(OWNER, REPO, form).await;
+        self.confirm(id).await.assert_status(200);
+        self.approve(id).await.assert_status(303);
+        id
+    }
+
+    /// builder-bot submits this body to grant `id` of acme/widgets.
+    pub async fn submit_with(&self, id: impl std::fmt::Display, body: Value) -> Resp {
+        self.app
+            .post_json(&submit_path(OWNER, REPO, id), Auth::Token(&self.bot), body)
+            .await
+    }
+
+    /// builder-bot submits with the grant's current digest.
+    pub async fn submit(&self, id: i64, key: &str, title: &str, body: &str) -> Resp {
+        let digest = self.digest(id).await;
+        self.submit_with(id, submit_body(&digest, key, title, body))
+            .await
+    }
+
+    /// builder-bot submits with the current digest and expects 201: the
+    /// `submission` object.
+    pub async fn submitted(&self, id: i64, key: &str, title: &str, body: &str) -> Value {
+        let resp = self.submit(id, key, title, body).await;
+        resp.assert_status(201);
+        resp.json()["submission"].clone()
+    }
+
+    /// builder-bot reads back a receipt of grant `id`.
+    pub async fn readback(&self, id: impl std::fmt::Display, key: &str) -> Resp {
+        self.app
+            .get(&readback_path(OWNER, REPO, id, key), Auth::Token(&self.bot))
+            .await
+    }
+
+    /// builder-bot reads back a receipt, expecting 200: the `submission`.
+    pub async fn receipt(&self, id: i64, key: &str) -> Value {
+        let resp = self.readback(id, key).await;
+        resp.assert_status(200);
+        resp.json()["submission"].clone()
+    }
+
+    /// alice (every scope) reads one issue of `owner/repo`.
+    pub async fn issue_at(&self, owner: &str, repo: &str, index: i64) -> Resp {
+        self.app
+            .get(
+                &issue_path(owner, repo, index),
+                Auth::Token(&self.alice_token),
+            )
+            .await
+    }
+
+    /// Every issue of `owner/repo` as alice lists them (all pages), checking
+    /// that `X-Total-Count` agrees.
+    pub async fn all_issues_of(&self, owner: &str, repo: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut total = None;
+        for page in 1.. {
+            let path = format!("{}?limit=50&page={page}", issues_path(owner, repo));
+            let resp = self.app.get(&path, Auth::Token(&self.alice_token)).await;
+            resp.assert_status(200);
+            let count: usize = resp
+                .header("x-total-count")
+                .expect("X-Total-Count")
+                .parse()
+                .expect("numeric X-Total-Count");
+            total = Some(count);
+            let items = resp.json().as_array().expect("a JSON array").clone();
+            if items.is_empty() {
+                break;
+            }
+            out.extend(items);
+            if out.len() >= count {
+                break;
+            }
+        }
+        assert_eq!(
+            Some(out.len()),
+            total,
+            "X-Total-Count disagrees with the pages"
+        );
+        out
+    }
+
+    /// Every issue of acme/widgets.
+    pub async fn all_issues(&self) -> Vec<Value> {
+        self.all_issues_of(OWNER, REPO).await
+    }
+
+    /// The admin deletes issue `index` of `owner/repo`: the response.
+    pub async fn delete_issue(&self, owner: &str, repo: &str, index: i64) -> Resp {
+        self.app
+            .send(
+                reqwest::Method::DELETE,
+                &issue_path(owner, repo, index),
+                Auth::Token(&self.app.admin_token),
+                crate::helpers::Body::None,
+            )
+            .await
+    }
+
+    /// The admin transfers issue `index` of `owner/repo` to `to`: the response.
+    pub async fn transfer_issue(&self, owner: &str, repo: &str, index: i64, to: &str) -> Resp {
+        let path = format!("{}/transfer", issue_path(owner, repo, index));
+        self.app
+            .post_json(&path, Auth::Token(&self.app.admin_token), json!({"to": to}))
+            .await
+    }
+}
+
+/// The `submission` of a submit or readback answer, checking that the
+/// envelope is exactly `{grant, submission}`.
+#[track_caller]
+pub fn submission_of(resp: &Resp) -> Value {
+    let json = resp.json();
+    let keys: Vec<&str> = json
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {}", resp.body))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, ["grant", "submission"], "envelope: {}", resp.body);
+    json["submission"].clone()
+}
+
+/// An RFC 3339 timestamp string.
+pub fn is_timestamp(value: &Value) -> bool {
+    use time::format_description::well_known::Rfc3339;
+    value
+        .as_str()
+        .is_some_and(|s| time::OffsetDateTime::parse(s, &Rfc3339).is_ok())
+}
+
+/// 64 lowercase hex characters.
+pub fn is_hex64(value: &Value) -> bool {
+    value.as_str().is_some_and(|s| {
+        s.len() == 64
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// The sorted keys of a JSON object.
+#[track_caller]
+pub fn keys_of(value: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .cloned()
+        .collect();
+    keys.sort_unstable();
+    keys
+}

@@ -7,7 +7,7 @@ use super::templates::{FieldValues, RowValues};
 use crate::service::forms::{GrantForm, RequirementRow};
 
 /// Blank rows the editor offers below the existing ones.
-pub const BLANK_ROWS: usize = 3;
+pub const BLANK_ROWS: usize = 2;
 
 /// Every field of the prepare and edit forms.
 #[derive(Debug, Default, Deserialize)]

@@ -669,6 +669,49 @@ async fn after_grant_form(
             )
             .await
         }
+        Err(Error::AdmissionBlocked { .. }) => {
+            // The grant page shows the same decisions, blockers first, with
+            // their recovery actions.
+            let notice = "The admission blocks this approval; nothing was approved. \
+                          The blocking decisions and what to do are listed below.";
+            render_grant(
+                ctx,
+                session,
+                owner,
+                repo,
+                id,
+                StatusCode::CONFLICT,
+                Some(notice.to_owned()),
+            )
+            .await
+        }
+        Err(Error::Unprocessable(m)) => {
+            render_grant(
+                ctx,
+                session,
+                owner,
+                repo,
+                id,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some(m),
+            )
+            .await
+        }
+        Err(e @ Error::Forbidden(_)) => {
+            // An expired or used nonce, or a missing permission: the grant
+            // page again (with fresh forms), saying nothing was changed.
+            let notice = format!("{} Nothing was changed.", e.message());
+            render_grant(
+                ctx,
+                session,
+                owner,
+                repo,
+                id,
+                StatusCode::FORBIDDEN,
+                Some(notice),
+            )
+            .await
+        }
         Err(e) => refusal(ctx, session, e).await,
     }
 }
