@@ -431,6 +431,6 @@ fn bounded_packet(
         Mode::BoundedContextRequired,
         status,
         Recovery::ApproveProjectFilesystemContext,
-        format!("Needs project filesystem context for {repo} covering {ops}; {why}; {tail}."),
+        format!("Repository {repo}, capabilities {ops}: {why}; {tail}."),
     )
 }

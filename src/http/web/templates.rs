@@ -156,11 +156,17 @@ impl AdmissionSections {
         AdmissionSections {
             blockers: pick(&|d| d.status == Status::Blocked),
             planning: pick(&|d| d.mode == Mode::PlanningOnly),
+            // The sections below list what does not already stand under the
+            // blockers, so no reason is shown twice.
             filesystem: pick(&|d| {
-                d.grant_state.is_some() && d.recovery_action != Recovery::InstallOrFixMcp
+                d.grant_state.is_some()
+                    && d.recovery_action != Recovery::InstallOrFixMcp
+                    && d.status != Status::Blocked
             }),
-            unhealthy: pick(&|d| d.recovery_action == Recovery::InstallOrFixMcp),
-            deferred: pick(&|d| d.mode == Mode::DeferredLiveMcp),
+            unhealthy: pick(&|d| {
+                d.recovery_action == Recovery::InstallOrFixMcp && d.status != Status::Blocked
+            }),
+            deferred: pick(&|d| d.mode == Mode::DeferredLiveMcp && d.status != Status::Blocked),
         }
     }
 
