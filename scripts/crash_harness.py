@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Crash harness (quality.md "Reliability harnesses" → Crash).
+
+Concurrent bots submit continuously with fresh request keys; after any error or
+connection failure a client retries the SAME key with the same content (as the
+adapter would) until it gets 200/201. Meanwhile the driver SIGKILLs the server
+at random moments and restarts it, for --cycles cycles. Afterwards, with the
+server stopped, the database must satisfy the receipt invariants, and every
+acknowledged key must read back the issue the client was told.
+
+    scripts/crash_harness.py [--backend sqlite|postgres] [--cycles 20] [--bots 4]
+
+Prints one check per line and, last, `N passed, N failed`; exits 1 on failure.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness_lib as h  # noqa: E402
+
+
+class Client(threading.Thread):
+    """One bot thread on one grant: fresh keys, same-key retries until 200/201."""
+
+    def __init__(self, name: str, w: h.World, bot: h.Bot, gid: int, digest: str, port: int,
+                 stop: threading.Event, state: "Shared", max_attempts: int, key_deadline: float):
+        super().__init__(name=name, daemon=True)
+        self.w, self.bot, self.gid, self.digest, self.port = w, bot, gid, digest, port
+        self.stop_flag, self.state = stop, state
+        self.max_attempts, self.key_deadline = max_attempts, key_deadline
+        self.max_http_errors = 20
+
+    def run(self) -> None:
+        try:
+            for _ in range(1_000_000):
+                if self.stop_flag.is_set() or not self.one_key():
+                    return
+        except Exception as e:  # noqa: BLE001 - report, never hang the driver
+            self.state.note(f"client {self.name} crashed: {type(e).__name__}: {e}")
+
+    def one_key(self) -> bool:
+        """Submits one fresh key until acknowledged; False to stop the thread."""
+        key = h.new_key()
+        title, body = h.random_content(self.name)
+        digest = h.content_digest(self.digest, title, body)
+        self.state.record_sent((self.gid, key), digest)
+        began = time.monotonic()
+        http_errors = 0
+        for attempt in range(1, self.max_attempts + 1):
+            if time.monotonic() - began > self.key_deadline:
+                break
+            if self.state.abort.is_set():
+                return False  # the server could not be restarted: nothing left to test
+            try:
+                r = self.bot.submit(self.port, self.w.owner, self.w.repo, self.gid, self.digest,
+                                    key, title, body, timeout=15)
+            except (OSError, http.client.HTTPException) as e:
+                self.state.count(f"connection:{type(e).__name__}")
+                time.sleep(random.uniform(0.02, 0.1))
+                continue
+            if r.status in (200, 201):
+                sub = r.json()["submission"]
+                replayed = r.header("idempotent-replayed") == "true"
+                if (r.status == 200) != replayed:
+                    self.state.note(f"{key}: status {r.status} with Idempotent-Replayed={replayed}")
+                if sub["content_digest"] != digest or sub["request_key"] != key:
+                    self.state.note(f"{key}: answer names digest {sub['content_digest']} / key "
+                                    f"{sub['request_key']}, sent {digest}")
+                self.state.ack(h.Ack(self.gid, key, sub["content_digest"], int(sub["issue"]["id"]),
+                                     int(sub["issue"]["index"])), r.status, attempt)
+                return True
+            # Any HTTP error answer is unexpected in this run: note it, retry the same key.
+            code = ""
+            try:
+                code = r.json().get("code", "")
+            except ValueError:
+                pass
+            self.state.count(f"http:{r.status}:{code}")
+            self.state.note(f"{key} attempt {attempt}: HTTP {r.status} {code} {r.text[:200]}")
+            if r.status == 409 and code == "request_key_conflict":
+                return True  # the same content never conflicts: a bug, noted; next key
+            http_errors += 1
+            if http_errors >= self.max_http_errors:
+                # Writ answers (it is up) but keeps refusing: retrying longer tests nothing.
+                self.state.note(f"{key}: gave up after {http_errors} HTTP error answers")
+                return False
+            time.sleep(random.uniform(0.02, 0.1))
+        self.state.note(f"{key}: never acknowledged after {self.max_attempts} attempts / "
+                        f"{self.key_deadline}s")
+        return False
+
+
+class Shared:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sent: dict[tuple[int, str], str] = {}
+        self.acked: dict[tuple[int, str], h.Ack] = {}
+        self.outcomes: Counter = Counter()
+        self.anomalies: list[str] = []
+        self.abort = threading.Event()
+
+    def record_sent(self, k, digest) -> None:
+        with self.lock:
+            self.sent[k] = digest
+
+    def ack(self, a: h.Ack, status: int, attempt: int) -> None:
+        with self.lock:
+            self.acked[(a.grant_id, a.key)] = a
+            self.outcomes[f"ack:{status}"] += 1
+            if attempt > 1:
+                self.outcomes[f"ack-after-retry:{status}"] += 1
+
+    def count(self, what: str) -> None:
+        with self.lock:
+            self.outcomes[what] += 1
+
+    def note(self, anomaly: str) -> None:
+        with self.lock:
+            self.anomalies.append(anomaly)
+            n = len(self.anomalies)
+        if n <= 20:
+            h.log(f"ANOMALY {anomaly}")
+        elif n == 21:
+            h.log("ANOMALY ... (further anomalies counted, not logged)")
+
+
+def main(checks: h.Checks) -> None:
+    p = h.common_args(__doc__.split("\n\n")[0])
+    p.add_argument("--cycles", type=int, default=20, help="kill/restart cycles (default 20)")
+    p.add_argument("--bots", type=int, default=4, help="bot accounts, one grant each (default 4)")
+    p.add_argument("--threads-per-bot", type=int, default=2,
+                   help="client threads per bot, sharing its grant (default 2)")
+    p.add_argument("--min-interval", type=float, default=0.3, help="seconds before a kill, min")
+    p.add_argument("--max-interval", type=float, default=1.5, help="seconds before a kill, max")
+    p.add_argument("--max-down", type=float, default=0.3, help="seconds the server stays down, max")
+    args = p.parse_args()
+    h.seed_random(args.seed)
+    started = time.monotonic()
+    with h.Run(args, args.backend, checks) as run:
+        w = h.setup_world(run.binary, run.db, run.workdir, args.bots)
+        server = h.Server(run.binary, run.db.url, h.free_port(), run.workdir)
+        ok, detail = server.start()
+        if not checks.check("server ready at first start", ok, detail):
+            return
+        browser = h.Browser(server.port)
+        browser.login(w.owner, w.password)
+        grants = [(bot, *h.create_active_grant(w, server.port, browser, bot)) for bot in w.bots]
+        grant_ids = [g for _, g, _ in grants]
+        h.log(f"active grants {grant_ids}")
+        before = h.snapshot_static(run.db)
+
+        state = Shared()
+        stop = threading.Event()
+        clients = [Client(f"{bot.login}-t{t}", w, bot, gid, digest, server.port, stop, state,
+                          max_attempts=3000, key_deadline=180.0)
+                   for bot, gid, digest in grants for t in range(args.threads_per_bot)]
+        for c in clients:
+            c.start()
+
+        ready_times = []
+        acked_before = 0
+        for cycle in range(1, args.cycles + 1):
+            time.sleep(random.uniform(args.min_interval, args.max_interval))
+            server.kill()
+            time.sleep(random.uniform(0.0, args.max_down))
+            ok, detail = server.start()
+            ready_times.append(detail)
+            checks.check(f"cycle {cycle}: server ready after SIGKILL and restart", ok,
+                         f"{detail}; {len(state.acked)} acknowledged so far "
+                         f"(+{len(state.acked) - acked_before} this cycle)")
+            acked_before = len(state.acked)
+            if not ok:
+                state.abort.set()
+                break
+        # Let the clients run on the last restart, then finish their in-flight key.
+        time.sleep(1.0)
+        stop.set()
+        deadline = time.monotonic() + 240
+        for c in clients:
+            c.join(timeout=max(0.0, deadline - time.monotonic()))
+        hung = [c.name for c in clients if c.is_alive()]
+        checks.check("every client finished its last key (no hang)", not hung,
+                     f"{len(clients)} clients" if not hung else f"still running: {hung}")
+
+        acked = dict(state.acked)
+        sent = dict(state.sent)
+        unacked = [k for k in sent if k not in acked]
+        checks.check("every key sent was eventually acknowledged (same-key retries)", not unacked,
+                     f"{len(sent)} keys" if not unacked else f"{len(unacked)} never acknowledged")
+        checks.check("clients saw only 200/201 or connection failures (no HTTP error, no "
+                     "conflict on retry)", not state.anomalies,
+                     "" if not state.anomalies else f"{len(state.anomalies)}: {state.anomalies[:5]}")
+
+        # Read back every acknowledged key on the last server.
+        def read(a: h.Ack) -> str | None:
+            bot = next(b for b, g, _ in grants if g == a.grant_id)
+            for _ in range(5):
+                try:
+                    r = bot.readback(server.port, w.owner, w.repo, a.grant_id, a.key)
+                    break
+                except (OSError, http.client.HTTPException) as e:
+                    last = e
+                    time.sleep(0.2)
+            else:
+                return f"{a.key}: {last}"
+            if r.status != 200:
+                return f"{a.key}: readback {r.status}"
+            s = r.json()["submission"]
+            if (int(s["issue"]["id"]) != a.issue_id or s["content_digest"] != a.content_digest
+                    or s["status"] != "submitted"):
+                return f"{a.key}: readback issue {s['issue']['id']} ({s['status']}), told {a.issue_id}"
+            return None
+
+        if server.alive():
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                bad = [x for x in pool.map(read, acked.values()) if x]
+            checks.check("readback of every acknowledged key names the issue the client was told",
+                         not bad, f"{len(acked)} read back" if not bad else f"{len(bad)}: {bad[:3]}")
+        else:
+            checks.check("readback of every acknowledged key", False, "server not running")
+
+        rc = server.stop()
+        checks.check("server stops on SIGTERM", rc is not None and server.proc.returncode is not None,
+                     f"exit status {rc}")
+        h.check_submission_invariants(checks, run.db, acked, sent, grant_ids, before)
+        h.check_server_logs(checks, [server])
+
+        o = state.outcomes
+        h.log(f"SUMMARY backend={args.backend} cycles={args.cycles} kills={server.kills} "
+              f"clients={len(clients)} sent={len(sent)} acknowledged={len(acked)} "
+              f"new(201)={o['ack:201']} replayed(200)={o['ack:200']} "
+              f"acked-after-retry={o['ack-after-retry:201'] + o['ack-after-retry:200']} "
+              f"connection-failures={sum(v for k, v in o.items() if k.startswith('connection:'))} "
+              f"http-errors={sum(v for k, v in o.items() if k.startswith('http:'))} "
+              f"elapsed={time.monotonic() - started:.1f}s")
+        h.log(f"outcomes {dict(o)}")
+
+
+if __name__ == "__main__":
+    h.run_main(main, h.Checks())
