@@ -43,6 +43,9 @@ pub struct Config {
     pub mcp_probes: std::collections::BTreeMap<String, String>,
     /// Seconds between two probes.
     pub mcp_probe_seconds: u64,
+    /// A TOML policy file of per-agent MCP tool grants, applied at
+    /// `writ serve` start (`docs/policy.md`).
+    pub policy_file: Option<String>,
 }
 
 impl Default for Config {
@@ -63,6 +66,7 @@ impl Default for Config {
             catalog_file: None,
             mcp_probes: Default::default(),
             mcp_probe_seconds: 30,
+            policy_file: None,
         }
     }
 }
@@ -77,7 +81,9 @@ impl Config {
         figment
             .merge(Env::prefixed("WRIT_").filter(|key| {
                 // Variables of the adapter, the logger and the test harnesses
-                // share the prefix but are not settings.
+                // share the prefix but are not settings. Keys keep the
+                // variable's case (`LOG`), so compare in lowercase.
+                let key = key.as_str().to_ascii_lowercase();
                 let key = key.as_str();
                 !matches!(key, "token" | "log")
                     && !key.starts_with("test_")

@@ -42,6 +42,9 @@ enum Command {
         /// Seed a small demo dataset when the database has no user.
         #[arg(long)]
         demo: bool,
+        /// TOML policy file of per-agent MCP tool grants, applied at start.
+        #[arg(long)]
+        policy: Option<PathBuf>,
     },
     /// Apply pending migrations and exit.
     Migrate,
@@ -103,6 +106,25 @@ enum AdminCommand {
         healthy: bool,
         #[arg(long, default_value = "")]
         detail: String,
+    },
+    /// Read or replace a bot's MCP tool grants.
+    #[command(subcommand)]
+    ToolGrants(ToolGrantsCommand),
+}
+
+#[derive(Subcommand)]
+enum ToolGrantsCommand {
+    /// Print a bot's tool grants as JSON.
+    Get {
+        #[arg(long)]
+        login: String,
+    },
+    /// Replace a bot's whole set from a JSON file `{"grants": [...]}`.
+    Put {
+        #[arg(long)]
+        login: String,
+        #[arg(long)]
+        file: PathBuf,
     },
 }
 
@@ -202,9 +224,15 @@ async fn main() -> anyhow::Result<()> {
         config.log_format = format;
     }
     if let Command::Serve {
-        bind, public_url, ..
+        bind,
+        public_url,
+        policy,
+        ..
     } = &cli.command
     {
+        if let Some(policy) = policy {
+            config.policy_file = Some(policy.display().to_string());
+        }
         if let Some(bind) = bind {
             config.bind = bind.clone();
         }
@@ -250,6 +278,12 @@ async fn serve(config: Config, demo: bool) -> anyhow::Result<()> {
             info.repository,
             info.grant_id
         );
+    }
+    // After the demo seed, so a policy file may name the demo's bot.
+    if let Some(path) = &config.policy_file {
+        let report =
+            writ::service::policy::seed_from_file(writ.ctx(), std::path::Path::new(path)).await?;
+        tracing::info!(changed = ?report.changed, unchanged = ?report.unchanged, "policy file {path} applied");
     }
     tokio::spawn(writ::service::health::run_prober(writ.ctx().clone()));
     let listener = tokio::net::TcpListener::bind(&bind).await?;
@@ -361,6 +395,18 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
                 detail,
             };
             let view = writ::service::health::set(ctx, Setup::Cli, &mcp, input, "cli").await?;
+            println!("{}", serde_json::to_string(&view)?);
+        }
+        AdminCommand::ToolGrants(ToolGrantsCommand::Get { login }) => {
+            let view = writ::service::policy::get(ctx, Setup::Cli, &login).await?;
+            println!("{}", serde_json::to_string(&view)?);
+        }
+        AdminCommand::ToolGrants(ToolGrantsCommand::Put { login, file }) => {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            let input: writ::service::policy::ToolGrantsInput = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            let view = writ::service::policy::put(ctx, Setup::Cli, &login, input, "cli").await?;
             println!("{}", serde_json::to_string(&view)?);
         }
         AdminCommand::Collaborator(CollaboratorCommand::Remove { repo, login }) => {

@@ -14,6 +14,7 @@ pub mod fs_context;
 pub mod health;
 pub mod issues;
 pub mod pages;
+pub mod policy;
 pub mod report;
 pub mod sessions;
 pub mod submit;

@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod grants;
 pub mod issues;
+pub mod policy;
 pub mod principals;
 pub mod reports;
 pub mod repos;

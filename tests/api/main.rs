@@ -56,6 +56,7 @@ mod forms;
 mod issues;
 mod matrix;
 mod pagination;
+mod policy;
 mod reporting;
 mod service;
 mod sessions;

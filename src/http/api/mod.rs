@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod agent;
 pub mod issues;
+pub mod policy;
 pub mod submissions;
 
 use axum::Router;
@@ -26,6 +27,7 @@ use crate::service::{Ctx, Error};
         issues::get_issue, issues::list_issues, issues::create_issue, issues::delete_issue, issues::transfer_issue,
         admin::create_user, admin::create_token, admin::revoke_token,
         admin::create_repo, admin::put_collaborator, admin::delete_collaborator, admin::report,
+        policy::get_tool_grants, policy::put_tool_grants,
     ),
     components(schemas(ErrorBody)),
     modifiers(&Security),
@@ -94,6 +96,10 @@ pub fn routes() -> Router<Ctx> {
             put(admin::put_collaborator).delete(admin::delete_collaborator),
         )
         .route("/api/v1/admin/reports/{name}", get(admin::report))
+        .route(
+            "/api/v1/admin/agents/{login}/tool-grants",
+            get(policy::get_tool_grants).put(policy::put_tool_grants),
+        )
         .route("/api/v1/admin/mcp", get(admin::get_mcp_health))
         .route(
             "/api/v1/admin/mcp/{mcp_id}/health",
