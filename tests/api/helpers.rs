@@ -302,6 +302,11 @@ impl TestApp {
     }
 
     /// The absolute URL of a path.
+    /// The Writ instance behind this app (for background tasks in tests).
+    pub fn writ(&self) -> &writ::Writ {
+        &self.writ
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

@@ -57,6 +57,7 @@ mod issues;
 mod matrix;
 mod pagination;
 mod policy;
+mod prober;
 mod reporting;
 mod service;
 mod sessions;
