@@ -133,11 +133,10 @@ impl McpEntry {
         let Some(rest) = cap.strip_prefix(mcp_id).and_then(|r| r.strip_prefix('.')) else {
             return false;
         };
-        let parts: Vec<&str> = rest.split('.').collect();
-        let (resource, op) = match parts.as_slice() {
-            [op] => ("root", *op),
-            [resource, op] => (*resource, *op),
-            _ => return false,
+        let (resource, op) = match rest.split_once('.') {
+            None => ("root", rest),
+            Some((_, op)) if op.contains('.') => return false,
+            Some((resource, op)) => (resource, op),
         };
         !resource.is_empty()
             && !op.is_empty()

@@ -32,6 +32,14 @@ pub struct Classified {
 
 /// Trim, lowercase, inner whitespace runs to `_`.
 pub fn normalize(raw: &str) -> String {
+    let trimmed = raw.trim();
+    // Fast path: ASCII without whitespace, the common case.
+    if trimmed
+        .bytes()
+        .all(|b| b.is_ascii() && !b.is_ascii_whitespace())
+    {
+        return trimmed.to_ascii_lowercase();
+    }
     let mut out = String::with_capacity(raw.len());
     let mut in_space = false;
     for c in raw.trim().chars() {
@@ -66,33 +74,45 @@ pub fn canonical(catalog: &Catalog, raw: &str) -> String {
 /// Classifies one capability of a requirement for MCP `mcp_id` (normalized).
 pub fn classify(catalog: &Catalog, mcp_id: &str, raw: &str) -> Classified {
     let capability = canonical(catalog, raw);
-    let class = |class, delivery_kind| Classified {
-        capability: capability.clone(),
+    let (class, delivery_kind) = class_of(catalog, mcp_id, &capability);
+    Classified {
+        capability,
         class,
         delivery_kind,
-    };
+    }
+}
+
+/// The six ordered rules on a canonical capability; the first match wins.
+fn class_of(
+    catalog: &Catalog,
+    mcp_id: &str,
+    capability: &str,
+) -> (CapabilityClass, Option<Delivery>) {
     // 1. the requirement's MCP is not in the catalog
     let Some(entry) = catalog.mcps.get(mcp_id) else {
-        return class(CapabilityClass::Unknown, None);
+        return (CapabilityClass::Unknown, None);
     };
     // 2. not in that MCP's namespace
-    if !capability.starts_with(&format!("{mcp_id}.")) {
-        return class(CapabilityClass::Unknown, None);
+    let in_namespace = capability
+        .strip_prefix(mcp_id)
+        .is_some_and(|rest| rest.starts_with('.'));
+    if !in_namespace {
+        return (CapabilityClass::Unknown, None);
     }
     // 3. Writ's own write path
-    if entry.planning_only.contains(&capability) {
-        return class(CapabilityClass::PlanningOnly, None);
+    if entry.planning_only.contains(capability) {
+        return (CapabilityClass::PlanningOnly, None);
     }
     // 4. a registered deferred pair
-    if entry.deferred_pair(&capability, mcp_id) {
-        return class(CapabilityClass::DeferredLiveMcp, None);
+    if entry.deferred_pair(capability, mcp_id) {
+        return (CapabilityClass::DeferredLiveMcp, None);
     }
     // 5. a safe read
-    if entry.safe_reads.contains(&capability) {
-        return class(CapabilityClass::BoundedReadOnly, Some(entry.delivery));
+    if entry.safe_reads.contains(capability) {
+        return (CapabilityClass::BoundedReadOnly, Some(entry.delivery));
     }
     // 6. anything else
-    class(CapabilityClass::Unknown, None)
+    (CapabilityClass::Unknown, None)
 }
 
 #[cfg(test)]

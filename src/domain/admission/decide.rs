@@ -197,6 +197,7 @@ pub fn decide(
         .collect();
     let can_proceed =
         req.requirement == Requirement::Optional && req.fallback == Fallback::ContinueWithoutMcp;
+    let has = |class: CapabilityClass| classes.iter().any(|c| c.class == class);
     let of = |class: CapabilityClass| -> Vec<&str> {
         classes
             .iter()
@@ -240,7 +241,7 @@ pub fn decide(
             Recovery::RevisePlan,
             format!("MCP \"{mcp_id}\" is not in the catalog; revise the plan to use a known MCP."),
         )
-    } else if !of(CapabilityClass::Unknown).is_empty() {
+    } else if has(CapabilityClass::Unknown) {
         // 2. an unknown capability
         let unknown = of(CapabilityClass::Unknown);
         verdict(
@@ -263,7 +264,7 @@ pub fn decide(
                 banned.capability
             ),
         )
-    } else if !of(CapabilityClass::DeferredLiveMcp).is_empty() {
+    } else if has(CapabilityClass::DeferredLiveMcp) {
         // 4. a deferred live-MCP feature
         let deferred = quoted(&of(CapabilityClass::DeferredLiveMcp));
         let (status, reason) = soft(
@@ -357,7 +358,14 @@ pub fn decide(
         capability_classes: classes,
         mode: v.mode,
         status: v.status,
-        reason: format!("{} {}", presentation.headline, v.reason),
+        reason: {
+            let mut reason =
+                String::with_capacity(presentation.headline.len() + 1 + v.reason.len());
+            reason.push_str(presentation.headline);
+            reason.push(' ');
+            reason.push_str(&v.reason);
+            reason
+        },
         recovery_action: v.recovery,
         grant_state: fs_state,
         evidence_refs,
