@@ -259,3 +259,21 @@ pub async fn grant_page(
         receipts,
     })
 }
+
+/// An issue page: the issue as readers see it, with its attribution.
+pub async fn issue_page(
+    ctx: &Ctx,
+    session: &WebSession,
+    owner: &str,
+    repo: &str,
+    index: i64,
+) -> Result<super::view::IssueView> {
+    let user = signed_in(session)?;
+    let mut tx = ctx.store.read().await?;
+    let (repo, _) = readable_repo(&mut tx, owner, repo, user.id).await?;
+    let issue = crate::store::issues::issue_by_index(&mut tx, repo.id, index)
+        .await?
+        .ok_or(Error::NotFound)?;
+    tx.commit().await?;
+    Ok(super::view::IssueView::from_row(&issue, &repo))
+}

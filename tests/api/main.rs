@@ -53,6 +53,7 @@ mod bad_input;
 mod digest;
 mod errors;
 mod forms;
+mod issue_page;
 mod issues;
 mod matrix;
 mod pagination;

@@ -496,3 +496,29 @@ pub(super) async fn withdraw(
     let result = forms::withdraw(&ctx, &session, &f.nonce, &owner, &repo, id, rev, &f.reason).await;
     after_grant_form(&ctx, &session, &owner, &repo, id, result).await
 }
+
+/// `GET /{owner}/{repo}/issues/{index}`: where receipts' `issue.url` points.
+pub(super) async fn issue_page(
+    State(ctx): State<Ctx>,
+    jar: CookieJar,
+    Path((owner, repo, index)): Path<(String, String, String)>,
+) -> Response {
+    if is_reserved(&owner) {
+        return not_found_page();
+    }
+    let session = match signed_in(&ctx, &jar).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let Some(index) = crate::domain::ids::parse_positive_i64(&index) else {
+        return refusal(&ctx, &session, Error::NotFound).await;
+    };
+    let issue = match pages::issue_page(&ctx, &session, &owner, &repo, index).await {
+        Ok(i) => i,
+        Err(e) => return refusal(&ctx, &session, e).await,
+    };
+    match chrome(&ctx, &session, None).await {
+        Ok(chrome) => html(StatusCode::OK, templates::IssuePage { chrome, issue }),
+        Err(e) => refusal(&ctx, &session, e).await,
+    }
+}

@@ -59,6 +59,7 @@ pub fn routes() -> Router<Ctx> {
             get(settings::fs_context_page).post(settings::fs_context_change),
         )
         .route("/admin/mcp", get(settings::admin_mcp))
+        .route("/{owner}/{repo}/issues/{index}", get(grants::issue_page))
 }
 
 async fn stylesheet() -> impl IntoResponse {

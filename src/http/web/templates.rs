@@ -200,3 +200,11 @@ pub struct AdminMcpPage {
     pub report: crate::service::health::HealthReport,
     pub catalog_text: String,
 }
+
+/// `/{owner}/{repo}/issues/{index}`
+#[derive(Template)]
+#[template(path = "issue.html")]
+pub struct IssuePage {
+    pub chrome: Chrome,
+    pub issue: crate::service::view::IssueView,
+}
