@@ -150,7 +150,10 @@ impl Store {
     pub async fn read(&self) -> StoreResult<Tx> {
         Ok(match self {
             Store::Sqlite(pool) => Tx::Sqlite(pool.begin().await?),
-            Store::Postgres(pool) => Tx::Postgres(pool.begin_with("BEGIN READ ONLY").await?),
+            Store::Postgres(pool) => Tx::Postgres(
+                pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .await?,
+            ),
         })
     }
 
