@@ -90,6 +90,13 @@ async fn insert_session(ctx: &Ctx, tx: &mut Tx, user_id: Option<i64>) -> Result<
 /// Starts a pre-login session (the login form's nonce is bound to it).
 pub async fn start_anonymous(ctx: &Ctx) -> Result<(WebSession, NewCookie)> {
     let mut tx = ctx.store.write().await?;
+    // Each new pre-login session also sweeps what has expired, so visits to
+    // the login page cannot grow the tables without bound.
+    let at = now();
+    let window = at
+        .plus_seconds(-ctx.config.login_throttle_seconds)
+        .to_text();
+    store::prune_expired(&mut tx, &at.to_text(), &window).await?;
     let (id, cookie) = insert_session(ctx, &mut tx, None).await?;
     tx.commit().await?;
     Ok((WebSession { id, user: None }, cookie))

@@ -171,3 +171,40 @@ pub async fn count_login_failures(tx: &mut Tx, lower_login: &str, since: &str) -
         .to_owned();
     Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
 }
+
+/// Deletes sessions past either expiry (with their nonces) and failed-login
+/// records older than `failures_before`: none of them authorizes or
+/// throttles anything any more.
+pub async fn prune_expired(tx: &mut Tx, now: &str, failures_before: &str) -> StoreResult<()> {
+    let expired = || {
+        Query::select()
+            .column(Sessions::Id)
+            .from(Sessions::Table)
+            .cond_where(
+                sea_query::Cond::any()
+                    .add(Expr::col(Sessions::ExpiresAt).lt(now))
+                    .add(Expr::col(Sessions::AbsoluteExpiresAt).lt(now)),
+            )
+            .to_owned()
+    };
+    let nonces = Query::delete()
+        .from_table(FormNonces::Table)
+        .and_where(Expr::col(FormNonces::SessionId).in_subquery(expired()))
+        .to_owned();
+    tx.execute(&nonces).await?;
+    let sessions = Query::delete()
+        .from_table(Sessions::Table)
+        .cond_where(
+            sea_query::Cond::any()
+                .add(Expr::col(Sessions::ExpiresAt).lt(now))
+                .add(Expr::col(Sessions::AbsoluteExpiresAt).lt(now)),
+        )
+        .to_owned();
+    tx.execute(&sessions).await?;
+    let failures = Query::delete()
+        .from_table(LoginFailures::Table)
+        .and_where(Expr::col(LoginFailures::At).lt(failures_before))
+        .to_owned();
+    tx.execute(&failures).await?;
+    Ok(())
+}

@@ -59,6 +59,7 @@ mod matrix;
 mod pagination;
 mod policy;
 mod prober;
+mod pruning;
 mod reporting;
 mod service;
 mod sessions;
