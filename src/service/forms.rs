@@ -360,26 +360,39 @@ struct Located {
     grant: GrantRow,
 }
 
+/// What every grant form posts: its nonce, the grant it names and the
+/// revision it displayed.
+#[derive(Debug, Clone, Copy)]
+pub struct FormTarget<'a> {
+    /// The form's single-use nonce.
+    pub nonce: &'a str,
+    /// Repository owner from the path.
+    pub owner: &'a str,
+    /// Repository name from the path.
+    pub repo: &'a str,
+    /// The grant.
+    pub id: GrantId,
+    /// The `state_revision` the form displayed.
+    pub revision: i64,
+}
+
 async fn locate_for_form(
     tx: &mut Tx,
     session: &WebSession,
-    nonce: &str,
+    target: FormTarget<'_>,
     action: &str,
-    owner: &str,
-    repo: &str,
-    id: GrantId,
 ) -> Result<Located> {
     let user = signed_in(session)?;
-    let (repo, perm) = readable_repo(tx, owner, repo, user.id).await?;
-    grants::lock_grant(tx, id.0).await?;
-    let grant = grants::grant_by_id(tx, id.0)
+    let (repo, perm) = readable_repo(tx, target.owner, target.repo, user.id).await?;
+    grants::lock_grant(tx, target.id.0).await?;
+    let grant = grants::grant_by_id(tx, target.id.0)
         .await?
         .filter(|g| g.repository_id == repo.id)
         .ok_or(Error::NotFound)?;
     consume_nonce(
         tx,
         session.id,
-        nonce,
+        target.nonce,
         action,
         &format!("grant:{}", grant.id),
     )
@@ -431,28 +444,23 @@ async fn cas(
 }
 
 /// Edits a grant's proposal: back to `awaiting_agent`, confirmation cleared.
-#[allow(clippy::too_many_arguments)]
 pub async fn edit(
     ctx: &Ctx,
     session: &WebSession,
-    nonce: &str,
-    owner: &str,
-    repo: &str,
-    id: GrantId,
-    revision: i64,
+    target: FormTarget<'_>,
     form: &GrantForm,
 ) -> Result<()> {
     let user = signed_in(session)?;
     let at = now();
     let input = form.parse(at)?;
     let mut tx = ctx.store.write().await?;
-    let l = locate_for_form(&mut tx, session, nonce, "edit", owner, repo, id).await?;
+    let l = locate_for_form(&mut tx, session, target, "edit").await?;
     if l.grant.issuer_id != user.id && l.perm < Permission::Admin {
         return Err(Error::Forbidden(
             "only the issuer or a repository admin can edit this grant",
         ));
     }
-    let to = judge(&l.grant, revision, HumanEvent::Edit)?;
+    let to = judge(&l.grant, target.revision, HumanEvent::Edit)?;
     let agent = bot_named(&mut tx, &input.agent).await?;
     let proposal = build_proposal(l.grant.id, &l.repo, (agent.0, &agent.1), &input);
     let mut values = proposal_values(&proposal, &input);
@@ -477,21 +485,16 @@ pub async fn edit(
 }
 
 /// Approves a confirmed grant: `awaiting_human` → `active`; repo admins only.
-#[allow(clippy::too_many_arguments)]
 pub async fn approve(
     ctx: &Ctx,
     session: &WebSession,
-    nonce: &str,
-    owner: &str,
-    repo: &str,
-    id: GrantId,
-    revision: i64,
+    target: FormTarget<'_>,
     acknowledged: bool,
 ) -> Result<()> {
     let user = signed_in(session)?;
     let at = now();
     let mut tx = ctx.store.write().await?;
-    let l = locate_for_form(&mut tx, session, nonce, "approve", owner, repo, id).await?;
+    let l = locate_for_form(&mut tx, session, target, "approve").await?;
     if l.perm < Permission::Admin {
         return Err(Error::Forbidden(
             "only a repository admin can approve a grant",
@@ -502,7 +505,7 @@ pub async fn approve(
             "this repository requires a second person: the issuer cannot approve",
         ));
     }
-    let to = judge(&l.grant, revision, HumanEvent::Approve)?;
+    let to = judge(&l.grant, target.revision, HumanEvent::Approve)?;
     // Admission at approval: the same evaluation as preview and handoff,
     // persisted with its snapshot in this transaction.
     let package = admission::persist_in(ctx, &mut tx, &l.grant, Phase::Approval, user.id).await?;
@@ -542,15 +545,10 @@ pub async fn approve(
 }
 
 /// Withdraws a grant for good; issuer or repo admin.
-#[allow(clippy::too_many_arguments)]
 pub async fn withdraw(
     ctx: &Ctx,
     session: &WebSession,
-    nonce: &str,
-    owner: &str,
-    repo: &str,
-    id: GrantId,
-    revision: i64,
+    target: FormTarget<'_>,
     reason: &str,
 ) -> Result<()> {
     let user = signed_in(session)?;
@@ -558,13 +556,13 @@ pub async fn withdraw(
     let reason = (!reason.trim().is_empty()).then(|| reason.to_owned());
     let at = now();
     let mut tx = ctx.store.write().await?;
-    let l = locate_for_form(&mut tx, session, nonce, "withdraw", owner, repo, id).await?;
+    let l = locate_for_form(&mut tx, session, target, "withdraw").await?;
     if l.grant.issuer_id != user.id && l.perm < Permission::Admin {
         return Err(Error::Forbidden(
             "only the issuer or a repository admin can withdraw this grant",
         ));
     }
-    let to = judge(&l.grant, revision, HumanEvent::Withdraw)?;
+    let to = judge(&l.grant, target.revision, HumanEvent::Withdraw)?;
     let text = at.to_text();
     let values = vec![
         (Grants::RevokedAt, text.clone().into()),

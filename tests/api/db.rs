@@ -6,8 +6,6 @@ use std::path::PathBuf;
 
 use sqlx::{AssertSqlSafe, Connection as _, PgConnection};
 
-use crate::helpers::postgres_admin_url;
-
 /// Removes the test's database when dropped (also when the test panics).
 pub enum DbGuard {
     Sqlite(PathBuf),
@@ -163,4 +161,11 @@ fn database_name_is_replaced_in_postgres_urls() {
         with_database("postgres://h:5432", "x"),
         "postgres://h:5432/x"
     );
+}
+
+/// The admin connection URL of the PostgreSQL the tests use, if any.
+pub fn postgres_admin_url() -> Option<String> {
+    std::env::var("WRIT_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|url| !url.trim().is_empty())
 }

@@ -28,11 +28,7 @@ pub enum Backend {
 }
 
 /// The PostgreSQL admin URL from `WRIT_TEST_POSTGRES_URL`, if set.
-pub fn postgres_admin_url() -> Option<String> {
-    std::env::var("WRIT_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|url| !url.trim().is_empty())
-}
+pub use crate::db::postgres_admin_url;
 
 /// Reports a skipped PostgreSQL test; fails it instead when
 /// `WRIT_TEST_REQUIRE_POSTGRES` is set (as CI does).

@@ -43,11 +43,7 @@ impl Backend {
 }
 
 /// The PostgreSQL admin URL from `WRIT_TEST_POSTGRES_URL`, if set.
-pub fn postgres_admin_url() -> Option<String> {
-    std::env::var("WRIT_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|url| !url.trim().is_empty())
-}
+pub use crate::db::postgres_admin_url;
 
 fn init_logs() {
     if std::env::var_os("TEST_LOG").is_some() {

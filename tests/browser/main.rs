@@ -42,6 +42,9 @@ macro_rules! both_backends {
 }
 
 mod app;
+/// The same per-test databases as the HTTP tests (one file, shared).
+#[allow(dead_code)]
+#[path = "../api/db.rs"]
 mod db;
 mod driver;
 mod harness;

@@ -13,7 +13,7 @@ use super::templates::{self, FieldValues};
 use super::{chrome, form_session, html, not_found_page, refusal, signed_in};
 use crate::domain::grant::Refusal;
 use crate::domain::ids::{GrantId, is_reserved};
-use crate::service::forms;
+use crate::service::forms::{self, FormTarget};
 use crate::service::sessions::WebSession;
 use crate::service::{Ctx, Error, pages};
 
@@ -432,17 +432,14 @@ pub(super) async fn edit(
             Ok(v) => v,
             Err(r) => return r,
         };
-    let result = forms::edit(
-        &ctx,
-        &session,
-        &f.nonce,
-        &owner,
-        &repo,
+    let target = FormTarget {
+        nonce: &f.nonce,
+        owner: &owner,
+        repo: &repo,
         id,
-        rev,
-        &f.fields(),
-    )
-    .await;
+        revision: rev,
+    };
+    let result = forms::edit(&ctx, &session, target, &f.fields()).await;
     after_grant_form(&ctx, &session, &owner, &repo, id, result).await
 }
 
@@ -463,17 +460,14 @@ pub(super) async fn approve(
             Err(r) => return r,
         };
     let acknowledged = f.acknowledge_warnings.as_deref() == Some("on");
-    let result = forms::approve(
-        &ctx,
-        &session,
-        &f.nonce,
-        &owner,
-        &repo,
+    let target = FormTarget {
+        nonce: &f.nonce,
+        owner: &owner,
+        repo: &repo,
         id,
-        rev,
-        acknowledged,
-    )
-    .await;
+        revision: rev,
+    };
+    let result = forms::approve(&ctx, &session, target, acknowledged).await;
     after_grant_form(&ctx, &session, &owner, &repo, id, result).await
 }
 
@@ -493,7 +487,14 @@ pub(super) async fn withdraw(
             Ok(v) => v,
             Err(r) => return r,
         };
-    let result = forms::withdraw(&ctx, &session, &f.nonce, &owner, &repo, id, rev, &f.reason).await;
+    let target = FormTarget {
+        nonce: &f.nonce,
+        owner: &owner,
+        repo: &repo,
+        id,
+        revision: rev,
+    };
+    let result = forms::withdraw(&ctx, &session, target, &f.reason).await;
     after_grant_form(&ctx, &session, &owner, &repo, id, result).await
 }
 
