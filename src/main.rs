@@ -57,7 +57,7 @@ enum Command {
 
 #[derive(Args)]
 struct ReportArgs {
-    /// receipts, grants or admissions
+    /// receipts, grants, admissions or tool-calls
     name: String,
     /// Only this repository (owner/name).
     #[arg(long)]
@@ -269,14 +269,15 @@ async fn serve(config: Config, demo: bool) -> anyhow::Result<()> {
     let writ = Writ::open(config.clone()).await?;
     if demo && let Some(info) = writ::service::demo::seed_if_empty(writ.ctx()).await? {
         println!(
-            "Demo dataset created.\n  Log in at {}/user/login as {} / {}\n  Bot {} token: {}\n  Repository {} has grant #{} awaiting the bot's confirmation.",
+            "Demo dataset created.\n  Log in at {}/user/login as {} / {}\n  Bot {} token: {}\n  Repository {} has grant #{} awaiting the bot's confirmation.\n  MCP endpoint: {}/mcp (the bot may call every tool on alice/*).",
             config.public_base(),
             info.login,
             info.password,
             info.bot,
             info.bot_token,
             info.repository,
-            info.grant_id
+            info.grant_id,
+            config.public_base()
         );
     }
     // After the demo seed, so a policy file may name the demo's bot.
@@ -423,8 +424,9 @@ async fn run_report(writ: &Writ, args: ReportArgs) -> anyhow::Result<()> {
     use futures_util::StreamExt;
     use std::io::Write;
     use writ::service::report::{self, Format};
-    let report = writ::store::reports::Report::parse(&args.name)
-        .ok_or_else(|| anyhow::anyhow!("report must be receipts, grants or admissions"))?;
+    let report = writ::store::reports::Report::parse(&args.name).ok_or_else(|| {
+        anyhow::anyhow!("report must be receipts, grants, admissions or tool-calls")
+    })?;
     let format = Format::parse(&args.format)
         .ok_or_else(|| anyhow::anyhow!("--format must be table, csv or json"))?;
     let filter = report::filter(

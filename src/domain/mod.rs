@@ -10,3 +10,4 @@ pub mod scope;
 pub mod submission;
 pub mod text;
 pub mod time;
+pub mod tools;

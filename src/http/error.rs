@@ -45,26 +45,32 @@ pub struct ErrorBody {
 #[derive(Clone, Debug)]
 pub struct InternalError(pub String);
 
+/// The JSON body of an error, as the native routes answer it (the MCP
+/// endpoint puts the same body in a tool result).
+pub fn error_body(err: &Error) -> ErrorBody {
+    ErrorBody {
+        message: err.message(),
+        code: err.code(),
+        url: format!("{DOCS_URL}#{}", err.code()),
+        grant: match &err {
+            Error::Refused { grant, .. } | Error::AdmissionBlocked { grant, .. } => {
+                Some((**grant).clone())
+            }
+            _ => None,
+        },
+        admission: match &err {
+            Error::AdmissionBlocked { admission, .. } => Some((**admission).clone()),
+            _ => None,
+        },
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let err = self.0;
         let status =
             StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = ErrorBody {
-            message: err.message(),
-            code: err.code(),
-            url: format!("{DOCS_URL}#{}", err.code()),
-            grant: match &err {
-                Error::Refused { grant, .. } | Error::AdmissionBlocked { grant, .. } => {
-                    Some((**grant).clone())
-                }
-                _ => None,
-            },
-            admission: match &err {
-                Error::AdmissionBlocked { admission, .. } => Some((**admission).clone()),
-                _ => None,
-            },
-        };
+        let body = error_body(&err);
         let mut response = (status, Json(body)).into_response();
         match err {
             Error::Unauthenticated => {
@@ -79,7 +85,7 @@ impl IntoResponse for ApiError {
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
-            Error::Internal(cause) => {
+            Error::Internal(cause) | Error::AuditUnavailable(cause) => {
                 response
                     .extensions_mut()
                     .insert(InternalError(format!("{cause:#}")));

@@ -5,6 +5,7 @@ pub mod api;
 pub mod auth;
 pub mod error;
 pub mod json;
+pub mod mcp;
 pub mod pagination;
 pub mod web;
 
@@ -33,6 +34,7 @@ pub fn router(ctx: Ctx) -> Router {
     Router::new()
         .merge(api::routes())
         .merge(web::routes())
+        .merge(mcp::routes(&ctx))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(move || async move { metrics.render() }))

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use super::access::readable_repo;
+use super::audit;
 use super::auth::Caller;
 use super::view::GrantView;
 use super::{Ctx, Error, Result, now};
@@ -190,6 +191,7 @@ pub async fn confirm(
     match decide_confirm(&facts(&row)?, &triple.digest, at) {
         Err(refusal) => Err(Error::refused(refusal, GrantView::from_row(&row)?)),
         Ok(ConfirmOutcome::AlreadyConfirmed) => {
+            audit::complete_in(&mut tx, caller, 200, None).await?;
             tx.commit().await?;
             Ok(GrantView::from_row(&row)?)
         }
@@ -231,6 +233,7 @@ pub async fn confirm(
             let updated = grants::grant_by_id(&mut tx, row.id)
                 .await?
                 .ok_or(Error::NotFound)?;
+            audit::complete_in(&mut tx, caller, 200, None).await?;
             tx.commit().await?;
             Ok(GrantView::from_row(&updated)?)
         }

@@ -44,6 +44,9 @@ pub struct Caller {
     pub scopes: ScopeSet,
     /// The token's resource reducer.
     pub reducer: Reducer,
+    /// The audit record of the call being made, when it is audited: a use
+    /// case that commits writes adds the call's outcome in its transaction.
+    pub audit: Option<i64>,
 }
 
 impl Caller {
@@ -113,6 +116,7 @@ pub async fn authenticate(ctx: &Ctx, credential: Credential<'_>) -> Result<Calle
             public_only: row.public_only,
             repositories,
         },
+        audit: None,
     })
 }
 

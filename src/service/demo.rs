@@ -75,6 +75,29 @@ pub async fn seed_if_empty(ctx: &Ctx) -> Result<Option<DemoInfo>> {
         },
     )
     .await?;
+    // The bot may call every MCP tool on alice's repositories, and list its
+    // grants (a call that names no repository needs a grant with no `repos`).
+    super::policy::put(
+        ctx,
+        Setup::Cli,
+        bot,
+        super::policy::ToolGrantsInput {
+            grants: vec![
+                super::policy::ToolGrantBody {
+                    id: "demo".into(),
+                    repos: vec![format!("{login}/*")],
+                    tools: crate::domain::policy::TOOLS.map(str::to_owned).to_vec(),
+                },
+                super::policy::ToolGrantBody {
+                    id: "demo-list".into(),
+                    repos: vec![],
+                    tools: vec!["list_agent_work_grants".into()],
+                },
+            ],
+        },
+        "demo",
+    )
+    .await?;
     let at = now();
     let input = GrantForm {
         agent: bot.into(),

@@ -49,6 +49,9 @@ pub enum Error {
     Unprocessable(String),
     /// 429: too many failed logins.
     Throttled,
+    /// 503 `audit_unavailable`: the audit record could not be written, so
+    /// the call was refused (fail closed); logged like an internal error.
+    AuditUnavailable(anyhow::Error),
     /// 500: logged with the request id, answered generically.
     Internal(anyhow::Error),
 }
@@ -66,6 +69,7 @@ impl Error {
             Error::Unprocessable(_) => 422,
             Error::Throttled => 429,
             Error::Internal(_) => 500,
+            Error::AuditUnavailable(_) => 503,
         }
     }
 
@@ -85,6 +89,7 @@ impl Error {
             Error::TooLarge => "payload_too_large",
             Error::Throttled => "throttled",
             Error::Internal(_) => "internal",
+            Error::AuditUnavailable(_) => "audit_unavailable",
         }
     }
 
@@ -114,6 +119,10 @@ impl Error {
             Error::TooLarge => "request body is larger than 1 MiB".to_owned(),
             Error::Throttled => "too many failed attempts; try again later".to_owned(),
             Error::Internal(_) => "internal error".to_owned(),
+            Error::AuditUnavailable(_) => {
+                "the call could not be recorded in the audit, so it was not made; retry later"
+                    .to_owned()
+            }
         };
         truncate(text, 512)
     }
@@ -169,6 +178,7 @@ impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Error::Internal(cause) => write!(f, "internal error: {cause:#}"),
+            Error::AuditUnavailable(cause) => write!(f, "audit unavailable: {cause:#}"),
             other => write!(f, "{} ({})", other.message(), other.code()),
         }
     }

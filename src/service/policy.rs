@@ -246,3 +246,22 @@ pub async fn allowed(
     tx.commit().await?;
     Ok(check)
 }
+
+/// The tools named by at least one of the agent's grants (what its
+/// `tools/list` shows), in the canonical order.
+pub async fn granted_tools(ctx: &Ctx, agent_id: i64) -> Result<Vec<crate::domain::tools::Tool>> {
+    let mut tx = ctx.store.read().await?;
+    let grants = match store::grants_of(&mut tx, agent_id).await? {
+        Some(row) => decode(&row.grants)?,
+        None => Vec::new(),
+    };
+    tx.commit().await?;
+    Ok(crate::domain::tools::Tool::ALL
+        .into_iter()
+        .filter(|tool| {
+            grants
+                .iter()
+                .any(|g| g.tools.iter().any(|t| t.eq_ignore_ascii_case(tool.name())))
+        })
+        .collect())
+}

@@ -5,6 +5,7 @@
 
 use super::admission::{self, PackageView, Phase};
 use super::agent::{Triple, facts, locate};
+use super::audit;
 use super::auth::Caller;
 use super::view::{GrantView, SubmissionView};
 use super::{Ctx, Error, Result, now};
@@ -86,18 +87,22 @@ pub async fn submit(
     if let Some(existing) =
         issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str()).await?
     {
+        let answer = replay_or_conflict(&grant, existing, &content);
+        record(&mut tx, caller, &answer).await?;
         tx.commit().await?;
-        return replay_or_conflict(&grant, existing, &content);
+        return answer;
     }
     match create(ctx, &mut tx, caller, &grant, input, &content).await {
         Ok(None) => {}
         Ok(Some(blocked)) => {
             // Commit only the evaluation record: the request key stays unused.
-            tx.commit().await?;
-            return Err(Error::admission_blocked(
+            let answer = Err(Error::admission_blocked(
                 GrantView::from_row(&grant)?,
                 blocked,
             ));
+            record(&mut tx, caller, &answer).await?;
+            tx.commit().await?;
+            return answer;
         }
         Err(Error::Internal(e))
             if e.downcast_ref::<sqlx::Error>()
@@ -117,12 +122,21 @@ pub async fn submit(
         .ok_or_else(|| {
             Error::Internal(anyhow::anyhow!("receipt vanished inside its transaction"))
         })?;
+    audit::complete_in(&mut tx, caller, 201, None).await?;
     tx.commit().await?;
     Ok(Receipt {
         outcome: Outcome::Created,
         grant: GrantView::from_row(&row)?,
         submission: SubmissionView::from_row(&receipt),
     })
+}
+
+/// Adds the answer's outcome to the caller's audit record, in `tx`.
+async fn record(tx: &mut Tx, caller: &Caller, answer: &Result<Receipt>) -> Result<()> {
+    match answer {
+        Ok(_) => audit::complete_in(tx, caller, 200, None).await,
+        Err(e) => audit::complete_in(tx, caller, e.status(), Some(e.code())).await,
+    }
 }
 
 fn replay_or_conflict(grant: &GrantRow, existing: SubmissionRow, content: &str) -> Result<Receipt> {
@@ -149,13 +163,15 @@ async fn resolve_after_race(
     input: &SubmitInput,
     content: &str,
 ) -> Result<Receipt> {
-    let mut tx = ctx.store.read().await?;
+    let mut tx = ctx.store.write().await?;
     let grant = locate(&mut tx, caller, owner, repo, id, false).await?;
     let existing = issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str())
         .await?
         .ok_or_else(|| Error::Internal(anyhow::anyhow!("unique violation without a receipt")))?;
+    let answer = replay_or_conflict(&grant, existing, content);
+    record(&mut tx, caller, &answer).await?;
     tx.commit().await?;
-    replay_or_conflict(&grant, existing, content)
+    answer
 }
 
 /// Writes the issue, the receipt and the counter; `Some(evaluation)` when the

@@ -29,6 +29,8 @@ pub enum Report {
     Grants,
     /// `report_admissions_v1`
     Admissions,
+    /// `report_tool_calls_v1`
+    ToolCalls,
 }
 
 use Kind::{Int, Text};
@@ -40,6 +42,7 @@ impl Report {
             "receipts" => Some(Report::Receipts),
             "grants" => Some(Report::Grants),
             "admissions" => Some(Report::Admissions),
+            "tool-calls" => Some(Report::ToolCalls),
             _ => None,
         }
     }
@@ -50,6 +53,7 @@ impl Report {
             Report::Receipts => "report_receipts_v1",
             Report::Grants => "report_grants_v1",
             Report::Admissions => "report_admissions_v1",
+            Report::ToolCalls => "report_tool_calls_v1",
         }
     }
 
@@ -103,6 +107,24 @@ impl Report {
                 ("repository", Text),
                 ("agent_login", Text),
             ],
+            Report::ToolCalls => &[
+                ("call_id", Int),
+                ("called_at", Text),
+                ("via", Text),
+                ("agent_login", Text),
+                ("token_id", Int),
+                ("tool", Text),
+                ("repository", Text),
+                ("decision", Text),
+                ("matched_grant", Text),
+                ("reason", Text),
+                ("rpc_id", Text),
+                ("request_id", Text),
+                ("arg_names", Text),
+                ("native_status", Int),
+                ("error_code", Text),
+                ("completed_at", Text),
+            ],
         }
     }
 
@@ -111,6 +133,7 @@ impl Report {
             Report::Receipts => "submitted_at",
             Report::Grants => "created_at",
             Report::Admissions => "evaluated_at",
+            Report::ToolCalls => "called_at",
         }
     }
 
@@ -119,6 +142,7 @@ impl Report {
             Report::Receipts => &["submitted_at", "grant_id", "request_key"],
             Report::Grants => &["grant_id"],
             Report::Admissions => &["evaluation_id"],
+            Report::ToolCalls => &["call_id"],
         }
     }
 }

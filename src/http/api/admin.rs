@@ -130,7 +130,7 @@ pub async fn delete_collaborator(
 
 /// Streams a reporting view as CSV or JSON (`read:admin`).
 #[utoipa::path(get, path = "/api/v1/admin/reports/{name}", tag = "admin",
-    params(("name" = String, Path, description = "receipts or grants"),
+    params(("name" = String, Path, description = "receipts, grants, admissions or tool-calls"),
            ("format" = Option<String>, Query, description = "csv (default) or json"),
            ("repo" = Option<String>, Query), ("agent" = Option<String>, Query),
            ("since" = Option<String>, Query), ("until" = Option<String>, Query)),

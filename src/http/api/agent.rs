@@ -10,15 +10,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::segments;
+use super::{audit_call, body_names, call_args, segments};
 use crate::domain::ids::GrantId;
 use crate::domain::scope::Scope;
+use crate::domain::tools::Tool;
 use crate::http::auth::api_caller;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::json::strict_json;
+use crate::http::json::{parse_json, read_body};
 use crate::http::pagination::{link_headers, parse_list_query};
 use crate::service::Ctx;
 use crate::service::agent::{self, Triple};
+use crate::service::audit;
 use crate::service::view::GrantView;
 
 /// `{"grant": {...}}`
@@ -58,14 +60,23 @@ pub async fn list_grants(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let caller = api_caller(&ctx, &headers).await?;
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository])?;
-    let query = parse_list_query(
-        query.as_deref(),
-        u64::from(ctx.config.max_page_limit.max(1)),
-    )?;
-    let page = agent::list(&ctx, &caller, &query.params).await?;
+    let mut caller = api_caller(&ctx, &headers).await?;
+    let names = form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
+        .map(|(k, _)| k.into_owned());
+    let args = call_args(&[], names);
+    audit_call(&ctx, &mut caller, Tool::List, &headers, &args).await?;
+    let result = async {
+        caller.require_bot()?;
+        caller.require(&[Scope::ReadRepository])?;
+        let query = parse_list_query(
+            query.as_deref(),
+            u64::from(ctx.config.max_page_limit.max(1)),
+        )?;
+        let page = agent::list(&ctx, &caller, &query.params).await?;
+        Ok((query, page))
+    }
+    .await;
+    let (query, page) = audit::finish(&ctx, &caller, result, Some(200)).await?;
     let mut response = Json(page.items).into_response();
     let base = format!("{}/api/v1/agent-work-grants", ctx.config.public_base());
     link_headers(response.headers_mut(), &base, &query, page.total);
@@ -83,13 +94,40 @@ pub async fn get_grant(
     headers: HeaderMap,
     path: Result<Path<Triplet>, PathRejection>,
 ) -> Result<Json<GrantEnvelope>, ApiError> {
-    let caller = api_caller(&ctx, &headers).await?;
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository])?;
-    let (owner, repo, id) = segments(path)?;
-    let id = GrantId::parse(&id)?;
-    let grant = agent::get(&ctx, &caller, &owner, &repo, id).await?;
+    let mut caller = api_caller(&ctx, &headers).await?;
+    audit_call(
+        &ctx,
+        &mut caller,
+        Tool::Get,
+        &headers,
+        &path_args(&path, None),
+    )
+    .await?;
+    let result = async {
+        caller.require_bot()?;
+        caller.require(&[Scope::ReadRepository])?;
+        let (owner, repo, id) = segments(path)?;
+        let id = GrantId::parse(&id)?;
+        agent::get(&ctx, &caller, &owner, &repo, id).await
+    }
+    .await;
+    let grant = audit::finish(&ctx, &caller, result, Some(200)).await?;
     Ok(Json(GrantEnvelope { grant }))
+}
+
+/// The audit arguments of a grant route: owner, repo, grant_id and the
+/// body's member names.
+pub fn path_args(
+    path: &Result<Path<Triplet>, PathRejection>,
+    body: Option<&[u8]>,
+) -> serde_json::Map<String, Value> {
+    let names = body_names(body);
+    match path {
+        Ok(Path((owner, repo, id))) => {
+            call_args(&[("owner", owner), ("repo", repo), ("grant_id", id)], names)
+        }
+        Err(_) => call_args(&[], names),
+    }
 }
 
 /// Confirms the current proposal with its exact triple.
@@ -106,18 +144,25 @@ pub async fn confirm_grant(
     path: Result<Path<Triplet>, PathRejection>,
     body: Body,
 ) -> Result<Json<GrantEnvelope>, ApiError> {
-    let caller = api_caller(&ctx, &headers).await?;
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
-    let (owner, repo, id) = segments(path)?;
-    let id = GrantId::parse(&id)?;
-    let body: ConfirmBody = strict_json(&headers, body).await?;
-    let triple = Triple::parse(
-        &body.proposal_schema,
-        &body.proposal_version,
-        &body.proposal_digest,
-    )?;
-    let grant = agent::confirm(&ctx, &caller, &owner, &repo, id, &triple).await?;
+    let mut caller = api_caller(&ctx, &headers).await?;
+    let bytes = read_body(&headers, body).await;
+    let args = path_args(&path, bytes.as_deref().ok());
+    audit_call(&ctx, &mut caller, Tool::Confirm, &headers, &args).await?;
+    let result = async {
+        caller.require_bot()?;
+        caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
+        let (owner, repo, id) = segments(path)?;
+        let id = GrantId::parse(&id)?;
+        let body: ConfirmBody = parse_json(&bytes?)?;
+        let triple = Triple::parse(
+            &body.proposal_schema,
+            &body.proposal_version,
+            &body.proposal_digest,
+        )?;
+        agent::confirm(&ctx, &caller, &owner, &repo, id, &triple).await
+    }
+    .await;
+    let grant = audit::finish(&ctx, &caller, result, None).await?;
     Ok(Json(GrantEnvelope { grant }))
 }
 

@@ -121,3 +121,51 @@ pub fn segments<T>(path: Result<Path<T>, PathRejection>) -> Result<T, Error> {
     path.map(|Path(p)| p)
         .map_err(|_| Error::Invalid("a path segment is not valid".into()))
 }
+
+/// The audit arguments of a native agent-route call: its path parameters
+/// (owner and repo resolve the repository; only names are stored) and the
+/// member names of its JSON body or query.
+pub fn call_args(
+    path: &[(&str, &str)],
+    names: impl IntoIterator<Item = String>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut args: serde_json::Map<String, serde_json::Value> = path
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
+        .collect();
+    for name in names {
+        args.entry(name).or_insert(serde_json::Value::Null);
+    }
+    args
+}
+
+/// The member names of a JSON object body (none when it is not one).
+pub fn body_names(bytes: Option<&[u8]>) -> Vec<String> {
+    bytes
+        .and_then(|b| {
+            serde_json::from_slice::<std::collections::BTreeMap<String, serde::de::IgnoredAny>>(b)
+                .ok()
+        })
+        .map(|m| m.into_keys().collect())
+        .unwrap_or_default()
+}
+
+/// Records a native agent-route call in the audit before it runs.
+pub async fn audit_call(
+    ctx: &Ctx,
+    caller: &mut crate::service::auth::Caller,
+    tool: crate::domain::tools::Tool,
+    headers: &axum::http::HeaderMap,
+    args: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), Error> {
+    let call = crate::service::audit::CallInfo {
+        tool: tool.name(),
+        args,
+        rpc_id: None,
+        request_id: headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+    };
+    crate::service::audit::begin_api(ctx, caller, tool, &call).await
+}

@@ -10,13 +10,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::segments;
+use super::agent::path_args;
+use super::{audit_call, call_args, segments};
 use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::scope::Scope;
+use crate::domain::tools::Tool;
 use crate::http::auth::api_caller;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::json::strict_json;
+use crate::http::json::{parse_json, read_body};
 use crate::service::agent::Triple;
+use crate::service::audit;
 use crate::service::submit::{self, Outcome, SubmitInput};
 use crate::service::view::{GrantView, SubmissionView};
 use crate::service::{Ctx, Error};
@@ -115,15 +118,20 @@ pub async fn submit_work(
     path: Result<Path<Triplet>, PathRejection>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let caller = api_caller(&ctx, &headers).await?;
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
-    let (owner, repo, id) = segments(path)?;
-    let id = GrantId::parse(&id)?;
-    let input = strict_json::<SubmitBody>(&headers, body)
-        .await?
-        .into_input()?;
-    let receipt = submit::submit(&ctx, &caller, &owner, &repo, id, &input).await?;
+    let mut caller = api_caller(&ctx, &headers).await?;
+    let bytes = read_body(&headers, body).await;
+    let args = path_args(&path, bytes.as_deref().ok());
+    audit_call(&ctx, &mut caller, Tool::Submit, &headers, &args).await?;
+    let result = async {
+        caller.require_bot()?;
+        caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
+        let (owner, repo, id) = segments(path)?;
+        let id = GrantId::parse(&id)?;
+        let input = parse_json::<SubmitBody>(&bytes?)?.into_input()?;
+        submit::submit(&ctx, &caller, &owner, &repo, id, &input).await
+    }
+    .await;
+    let receipt = audit::finish(&ctx, &caller, result, None).await?;
     Ok(answer(receipt))
 }
 
@@ -138,13 +146,30 @@ pub async fn read_submission(
     headers: HeaderMap,
     path: Result<Path<(String, String, String, String)>, PathRejection>,
 ) -> Result<Json<ReceiptEnvelope>, ApiError> {
-    let caller = api_caller(&ctx, &headers).await?;
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository, Scope::ReadIssue])?;
-    let (owner, repo, id, key) = segments(path)?;
-    let id = GrantId::parse(&id)?;
-    let key = RequestKey::parse(&key)?;
-    let receipt = submit::readback(&ctx, &caller, &owner, &repo, id, &key).await?;
+    let mut caller = api_caller(&ctx, &headers).await?;
+    let args = match &path {
+        Ok(Path((owner, repo, id, key))) => call_args(
+            &[
+                ("owner", owner),
+                ("repo", repo),
+                ("grant_id", id),
+                ("request_key", key),
+            ],
+            [],
+        ),
+        Err(_) => call_args(&[], []),
+    };
+    audit_call(&ctx, &mut caller, Tool::Readback, &headers, &args).await?;
+    let result = async {
+        caller.require_bot()?;
+        caller.require(&[Scope::ReadRepository, Scope::ReadIssue])?;
+        let (owner, repo, id, key) = segments(path)?;
+        let id = GrantId::parse(&id)?;
+        let key = RequestKey::parse(&key)?;
+        submit::readback(&ctx, &caller, &owner, &repo, id, &key).await
+    }
+    .await;
+    let receipt = audit::finish(&ctx, &caller, result, Some(200)).await?;
     Ok(Json(ReceiptEnvelope {
         grant: receipt.grant,
         submission: receipt.submission,

@@ -1,0 +1,401 @@
+//! `POST /mcp`: the agent tools over MCP (Streamable HTTP, JSON responses,
+//! stateless), served by the official Rust SDK (`rmcp`).
+//!
+//! A middleware in front of the SDK authenticates the bot's own native token
+//! (humans are refused), refuses bodies over 1 MiB and JSON-RPC batches, and
+//! hands the caller to the handler. Each `tools/call` is decided against the
+//! agent's tool grants and recorded in the audit before anything runs; an
+//! allowed call runs the same service functions as the native routes and
+//! answers their JSON plus `native_status` in `structuredContent`.
+
+use std::borrow::Cow;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool as McpTool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Map, Value, json};
+
+use crate::domain::ids::{GrantId, RequestKey};
+use crate::domain::policy::Decision;
+use crate::domain::scope::Scope;
+use crate::domain::tools::{self, Input, Tool};
+use crate::http::api::agent::GrantEnvelope;
+use crate::http::api::submissions::ReceiptEnvelope;
+use crate::http::auth::api_caller;
+use crate::http::error::{ApiError, error_body};
+use crate::http::json::BODY_LIMIT;
+use crate::http::pagination::parse_list_query;
+use crate::service::agent::{self, Triple};
+use crate::service::audit::{self, CallInfo};
+use crate::service::auth::Caller;
+use crate::service::submit::{self, Outcome, SubmitInput};
+use crate::service::{Ctx, Error, Result};
+
+/// The protocol revisions served: the three with an `initialize` handshake,
+/// and the stateless 2026-07-28 revision (`server/discover`).
+pub const PROTOCOL_VERSIONS: [ProtocolVersion; 4] = [
+    ProtocolVersion::V_2025_03_26,
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2026_07_28,
+];
+
+/// The `/mcp` route.
+pub fn routes(ctx: &Ctx) -> Router<Ctx> {
+    let handler = WritMcp { ctx: ctx.clone() };
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_max_request_body_bytes(BODY_LIMIT)
+        .with_allowed_hosts(allowed_hosts(ctx));
+    let service: StreamableHttpService<WritMcp, NeverSessionManager> =
+        StreamableHttpService::new(move || Ok(handler.clone()), Default::default(), config);
+    Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(ctx.clone(), gate))
+}
+
+/// DNS-rebinding guard of the SDK: loopback names and the public URL's host.
+fn allowed_hosts(ctx: &Ctx) -> Vec<String> {
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let base = ctx.config.public_base();
+    if let Some(host) = base
+        .split_once("://")
+        .map(|(_, rest)| rest.split('/').next().unwrap_or(rest))
+        .filter(|h| !h.is_empty())
+    {
+        hosts.push(host.to_owned());
+        if let Some((name, _port)) = host.rsplit_once(':')
+            && !name.ends_with(']')
+        {
+            hosts.push(name.to_owned());
+        }
+    }
+    if let Some(bind) = ctx.config.bind.split(':').next()
+        && !bind.is_empty()
+        && bind != "0.0.0.0"
+    {
+        hosts.push(bind.to_owned());
+    }
+    hosts
+}
+
+fn rpc_error(status: StatusCode, code: i64, message: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    (status, axum::Json(body)).into_response()
+}
+
+/// Authenticates the bot, bounds the body and refuses batches before the SDK
+/// sees the request.
+async fn gate(State(ctx): State<Ctx>, request: Request, next: Next) -> Response {
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let caller = match api_caller(&ctx, request.headers()).await {
+        Ok(caller) => caller,
+        Err(e) => return ApiError(e).into_response(),
+    };
+    if !caller.is_bot {
+        return ApiError(Error::AgentOnly).into_response();
+    }
+    let (mut parts, body) = request.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
+        return too_large();
+    }
+    let bytes = match axum::body::to_bytes(body, BODY_LIMIT).await {
+        Ok(bytes) => bytes,
+        Err(_) => return too_large(),
+    };
+    if bytes
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'[')
+    {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            -32600,
+            "JSON-RPC batches are not supported",
+        );
+    }
+    parts.extensions.insert(caller);
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+fn too_large() -> Response {
+    let mut response = rpc_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        -32600,
+        "request body is larger than 1 MiB",
+    );
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// The MCP server: the five tools over the service layer.
+#[derive(Clone)]
+pub struct WritMcp {
+    ctx: Ctx,
+}
+
+fn caller_of(context: &RequestContext<RoleServer>) -> std::result::Result<Caller, ErrorData> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .cloned()
+        .ok_or_else(|| {
+            ErrorData::internal_error("unauthenticated request reached the handler", None)
+        })
+}
+
+fn request_id(context: &RequestContext<RoleServer>) -> Option<String> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.headers.get("x-request-id"))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// The tool definitions `tools/list` shows (filtered by the caller's grants).
+pub fn definition(tool: Tool) -> McpTool {
+    McpTool::new(tool.name(), tool.description(), tool.input_schema())
+}
+
+impl ServerHandler for WritMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("writ", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Writ: agent work grants. List and read your grants, confirm a proposal by \
+                 repeating its schema, version and digest, submit work with a request_key you \
+                 choose and reuse on retries, and read receipts back by that key.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(&PROTOCOL_VERSIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, ErrorData> {
+        let caller = caller_of(&context)?;
+        let granted = crate::service::policy::granted_tools(&self.ctx, caller.user_id)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "tools/list could not read the tool grants");
+                ErrorData::internal_error("internal error", None)
+            })?;
+        Ok(
+            ListToolsResult::with_all_items(granted.into_iter().map(definition).collect())
+                .with_cache_scope(CacheScope::Private),
+        )
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, ErrorData> {
+        let mut caller = caller_of(&context)?;
+        let args = request.arguments.unwrap_or_default();
+        let call = CallInfo {
+            tool: &request.name,
+            args: &args,
+            rpc_id: serde_json::to_string(&context.id.clone().into_json_value()).ok(),
+            request_id: request_id(&context),
+        };
+        let result = match audit::begin_mcp(&self.ctx, &mut caller, &call).await {
+            Err(e) => failure(&e),
+            Ok(check) => match (check.decision, Tool::parse(&request.name)) {
+                (Decision::Allow { .. }, Some(tool)) => {
+                    let outcome = run(&self.ctx, &caller, tool, &args).await;
+                    let recorded = if tool.writes() { None } else { Some(200) };
+                    match audit::finish(&self.ctx, &caller, outcome, recorded).await {
+                        Ok((status, value)) => success(status, value),
+                        Err(e) => failure(&e),
+                    }
+                }
+                (decision, _) => denied(&request.name, check.repository.as_ref(), &decision),
+            },
+        };
+        Ok(result.into())
+    }
+}
+
+/// Runs one allowed call through the native code path: the same parsers and
+/// service functions as the native routes, the same JSON bodies.
+pub async fn run(
+    ctx: &Ctx,
+    caller: &Caller,
+    tool: Tool,
+    args: &Map<String, Value>,
+) -> Result<(u16, Value)> {
+    let input = tools::parse_input(tool, Some(args)).map_err(|e| Error::Invalid(e.0))?;
+    match input {
+        Input::List { page, state } => {
+            caller.require_bot()?;
+            caller.require(&[Scope::ReadRepository])?;
+            let mut raw = format!("page={page}&limit={}", tools::LIST_LIMIT);
+            if let Some(state) = &state {
+                raw.push_str("&state=");
+                raw.push_str(state);
+            }
+            let query = parse_list_query(Some(&raw), tools::LIST_LIMIT)?;
+            let listed = agent::list(ctx, caller, &query.params).await?;
+            let (has_more, next_page) = tools::next_page(page, tools::LIST_LIMIT, listed.total);
+            let grants = serde_json::to_value(&listed.items).map_err(anyhow::Error::from)?;
+            Ok((
+                200,
+                json!({
+                    "grants": grants,
+                    "total_count": listed.total,
+                    "page": page,
+                    "has_more": has_more,
+                    "next_page": next_page,
+                    "snapshot": false,
+                }),
+            ))
+        }
+        Input::Get(t) => {
+            let grant = agent::get(ctx, caller, &t.owner, &t.repo, GrantId(t.grant_id)).await?;
+            Ok((200, json_of(&GrantEnvelope { grant })?))
+        }
+        Input::Confirm(t, triple) => {
+            let triple = Triple::parse(&triple.schema, &triple.version, &triple.digest)?;
+            let grant =
+                agent::confirm(ctx, caller, &t.owner, &t.repo, GrantId(t.grant_id), &triple)
+                    .await?;
+            Ok((200, json_of(&GrantEnvelope { grant })?))
+        }
+        Input::Submit {
+            target,
+            triple,
+            request_key,
+            title,
+            body,
+        } => {
+            let triple = Triple::parse(&triple.schema, &triple.version, &triple.digest)?;
+            let input = SubmitInput::new(triple, RequestKey::parse(&request_key)?, title, body)?;
+            let receipt = submit::submit(
+                ctx,
+                caller,
+                &target.owner,
+                &target.repo,
+                GrantId(target.grant_id),
+                &input,
+            )
+            .await?;
+            let status = match receipt.outcome {
+                Outcome::Created => 201,
+                Outcome::Replayed => 200,
+            };
+            let envelope = ReceiptEnvelope {
+                grant: receipt.grant,
+                submission: receipt.submission,
+            };
+            Ok((status, json_of(&envelope)?))
+        }
+        Input::Readback {
+            target,
+            request_key,
+        } => {
+            let key = RequestKey::parse(&request_key)?;
+            let receipt = submit::readback(
+                ctx,
+                caller,
+                &target.owner,
+                &target.repo,
+                GrantId(target.grant_id),
+                &key,
+            )
+            .await?;
+            let envelope = ReceiptEnvelope {
+                grant: receipt.grant,
+                submission: receipt.submission,
+            };
+            Ok((200, json_of(&envelope)?))
+        }
+    }
+}
+
+fn json_of<T: serde::Serialize>(value: &T) -> Result<Value> {
+    serde_json::to_value(value).map_err(|e| Error::Internal(e.into()))
+}
+
+fn success(status: u16, mut value: Value) -> CallToolResult {
+    if let Value::Object(map) = &mut value {
+        map.insert("native_status".into(), status.into());
+    }
+    CallToolResult::structured(value)
+}
+
+/// A refused or failed call: the native error body plus `native_status`.
+pub fn failure(err: &Error) -> CallToolResult {
+    if let Error::Internal(cause) | Error::AuditUnavailable(cause) = err {
+        tracing::error!(error = %format!("{cause:#}"), code = err.code(), "MCP tool call failed");
+    }
+    let mut value = serde_json::to_value(error_body(err))
+        .unwrap_or_else(|_| json!({"code": err.code(), "message": err.message()}));
+    if let Value::Object(map) = &mut value {
+        map.insert("native_status".into(), err.status().into());
+    }
+    CallToolResult::structured_error(value)
+}
+
+fn denied(
+    tool: &str,
+    repository: Option<&crate::domain::policy::RepoTarget>,
+    decision: &Decision,
+) -> CallToolResult {
+    let reason = match decision {
+        Decision::Deny(denial) => *denial,
+        Decision::Allow { .. } => crate::domain::policy::Denial::UnknownTool,
+    };
+    let tool: String = tool.chars().filter(|c| !c.is_control()).take(64).collect();
+    let repository = repository.map(|r| {
+        r.full_name()
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect::<String>()
+    });
+    let on = repository
+        .as_deref()
+        .map(|r| format!("on {r}"))
+        .unwrap_or_else(|| "without a repository".into());
+    CallToolResult::structured_error(json!({
+        "code": "tool_not_granted",
+        "message": format!("tool {tool} is not granted {on}: {}", reason.message()),
+        "tool": tool,
+        "repository": repository,
+        "reason": reason.code(),
+    }))
+}
