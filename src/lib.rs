@@ -3,6 +3,7 @@
 //! Layers point one way: [`http`] calls [`service`]; [`service`] calls
 //! [`domain`] (pure rules) and [`store`] (all SQL).
 
+pub mod adapter;
 pub mod config;
 pub mod domain;
 pub mod http;

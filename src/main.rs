@@ -51,8 +51,43 @@ enum Command {
     /// Setup privilege on the database directly.
     #[command(subcommand)]
     Admin(AdminCommand),
-    /// Stream a reporting view (receipts or grants) from the database.
+    /// Stream a reporting view (receipts, grants, admissions, tool-calls).
     Report(ReportArgs),
+    /// The MCP adapter over stdio: the five agent tools, each call one
+    /// request to the Core at --url (token from WRIT_TOKEN or --token-file).
+    McpStdio(McpStdioArgs),
+}
+
+#[derive(Args)]
+struct McpStdioArgs {
+    /// The Core's base URL, e.g. http://127.0.0.1:3000.
+    #[arg(long)]
+    url: String,
+    /// Read the bot's token from this file instead of WRIT_TOKEN.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Send the token as this login's password (HTTP Basic) instead of Bearer.
+    #[arg(long)]
+    basic_user: Option<String>,
+    /// Timeout of one request, in seconds.
+    #[arg(long, default_value_t = 30)]
+    timeout_seconds: u64,
+}
+
+async fn mcp_stdio(args: McpStdioArgs) -> anyhow::Result<()> {
+    let token = match &args.token_file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read --token-file {}: {e}", path.display()))?,
+        None => std::env::var("WRIT_TOKEN")
+            .map_err(|_| anyhow::anyhow!("set WRIT_TOKEN or pass --token-file"))?,
+    };
+    let config = writ::adapter::AdapterConfig::new(
+        &args.url,
+        &token,
+        args.basic_user.as_deref(),
+        std::time::Duration::from_secs(args.timeout_seconds.max(1)),
+    )?;
+    writ::adapter::run_stdio(config).await
 }
 
 #[derive(Args)]
@@ -202,7 +237,8 @@ enum CollaboratorCommand {
 }
 
 fn init_logging(format: &str) {
-    let filter = EnvFilter::try_from_env("WRIT_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_env("WRIT_LOG").unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -241,7 +277,12 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     init_logging(&config.log_format);
+    if let Command::McpStdio(args) = cli.command {
+        // Needs no database: it only talks HTTP to a Core.
+        return mcp_stdio(args).await;
+    }
     match cli.command {
+        Command::McpStdio(_) => unreachable!("handled above"),
         Command::Serve { demo, .. } => serve(config, demo).await,
         Command::Migrate => {
             let writ = Writ::open(config).await?;

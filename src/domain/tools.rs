@@ -310,6 +310,9 @@ fn shown(name: &str) -> String {
 fn check_member(member: Member, value: &Value) -> Result<(), InputError> {
     let name = member.name();
     let bad = |what: &str| Err(InputError(format!("{name} must be {what}")));
+    if value.as_str().is_some_and(|s| s.contains('\0')) {
+        return Err(InputError(format!("{name} must not contain U+0000")));
+    }
     match member.kind() {
         Kind::Positive => match value.as_i64() {
             Some(n) if n >= 1 && (value.is_i64() || value.is_u64()) => Ok(()),
@@ -489,6 +492,7 @@ mod tests {
             ("repo", json!("r".repeat(101)), "repo must be"),
             ("title", json!(null), "title must be"),
             ("body", json!(["x"]), "body must be"),
+            ("title", json!("a\u{0}b"), "title must not contain U+0000"),
         ];
         for (key, value, expected) in cases {
             let mut args = obj(submit_args());
