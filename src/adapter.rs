@@ -159,6 +159,8 @@ impl Adapter {
         }
         let mut response = match request.send().await {
             Ok(response) => response,
+            // A connect-phase failure (refused, DNS, connect timeout) sent
+            // nothing; any later failure may have delivered the request.
             Err(e) => {
                 return Exchange::Lost {
                     sent: !e.is_connect(),
