@@ -44,6 +44,9 @@ pub struct AdapterConfig {
     pub authorization: String,
     /// Timeout of one request.
     pub timeout: Duration,
+    /// Texts never shown in a result: the token, the header value and its
+    /// encoded part.
+    pub secrets: Vec<String>,
 }
 
 impl AdapterConfig {
@@ -79,10 +82,16 @@ impl AdapterConfig {
             }
             None => format!("Bearer {token}"),
         };
+        let mut secrets = vec![token.to_owned(), authorization.clone()];
+        if let Some((_, encoded)) = authorization.split_once(' ') {
+            secrets.push(encoded.to_owned());
+        }
+        secrets.retain(|s| s.len() >= 8);
         Ok(AdapterConfig {
             base: base.to_owned(),
             authorization,
             timeout,
+            secrets,
         })
     }
 }
@@ -104,6 +113,7 @@ pub struct Adapter {
     client: reqwest::Client,
     base: String,
     authorization: HeaderValue,
+    secrets: Vec<String>,
 }
 
 /// What one upstream exchange produced.
@@ -134,6 +144,7 @@ impl Adapter {
             client,
             base: config.base,
             authorization,
+            secrets: config.secrets,
         })
     }
 
@@ -264,6 +275,57 @@ impl Adapter {
                 })
             }
         }
+    }
+}
+
+/// The argument that is a `.` or `..` path segment: URLs normalise those
+/// away even percent-encoded, so such a request would reach another route.
+fn dot_segment(input: &Input) -> Option<&'static str> {
+    let dots = |s: &str| s == "." || s == "..";
+    let key = match input {
+        Input::Submit { request_key, .. } | Input::Readback { request_key, .. } => {
+            Some(request_key.as_str())
+        }
+        _ => None,
+    };
+    let target = input.target()?;
+    if dots(&target.owner) {
+        Some("owner")
+    } else if dots(&target.repo) {
+        Some("repo")
+    } else if key.is_some_and(dots) {
+        Some("request_key")
+    } else {
+        None
+    }
+}
+
+/// Removes every secret from a result (an upstream may reflect the
+/// credential it was sent in a message or a body).
+fn redact(result: CallToolResult, secrets: &[String]) -> CallToolResult {
+    fn scrub(value: &mut Value, secrets: &[String]) {
+        match value {
+            Value::String(text) => {
+                for secret in secrets {
+                    if text.contains(secret.as_str()) {
+                        *text = text.replace(secret.as_str(), "[redacted]");
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| scrub(v, secrets)),
+            Value::Object(map) => map.values_mut().for_each(|v| scrub(v, secrets)),
+            _ => {}
+        }
+    }
+    let is_error = result.is_error == Some(true);
+    let Some(mut value) = result.structured_content else {
+        return result;
+    };
+    scrub(&mut value, secrets);
+    if is_error {
+        CallToolResult::structured_error(value)
+    } else {
+        CallToolResult::structured(value)
     }
 }
 
@@ -595,9 +657,16 @@ impl ServerHandler for Adapter {
             .into());
         };
         let result = match tools::parse_input(tool, request.arguments.as_ref()) {
-            Ok(input) => self.call(tool, input).await,
+            Ok(input) => match dot_segment(&input) {
+                Some(name) => error_result(
+                    "invalid_input",
+                    format!("{name} must not be . or .. (it would change the route)"),
+                    Map::new(),
+                ),
+                None => self.call(tool, input).await,
+            },
             Err(e) => error_result("invalid_input", e.0, Map::new()),
         };
-        Ok(result.into())
+        Ok(redact(result, &self.secrets).into())
     }
 }
