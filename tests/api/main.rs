@@ -56,6 +56,7 @@ mod forms;
 mod issue_page;
 mod issues;
 mod matrix;
+mod mcp;
 mod mcp_stdio;
 mod pagination;
 mod policy;
