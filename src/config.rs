@@ -24,6 +24,9 @@ pub struct Config {
     pub max_page_limit: u32,
     /// SQLite `synchronous` pragma: `full` (default) or `normal`.
     pub sqlite_synchronous: String,
+    /// SQLite group commit: concurrent write transactions share one durable
+    /// commit (each still atomic, each answered only after it). Default on.
+    pub sqlite_group_commit: bool,
     /// Maximum pooled database connections.
     pub max_connections: u32,
     /// Sliding lifetime of a browser session, in seconds.
@@ -57,6 +60,7 @@ impl Default for Config {
             log_format: "text".to_owned(),
             max_page_limit: 50,
             sqlite_synchronous: "full".to_owned(),
+            sqlite_group_commit: true,
             max_connections: 16,
             session_idle_seconds: 7 * 24 * 3600,
             session_absolute_seconds: 30 * 24 * 3600,
@@ -129,6 +133,7 @@ impl fmt::Debug for Config {
             .field("log_format", &self.log_format)
             .field("max_page_limit", &self.max_page_limit)
             .field("sqlite_synchronous", &self.sqlite_synchronous)
+            .field("sqlite_group_commit", &self.sqlite_group_commit)
             .field("max_connections", &self.max_connections)
             .finish_non_exhaustive()
     }

@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod audit;
+pub mod batch;
 pub mod grants;
 pub mod issues;
 pub mod policy;
@@ -46,8 +47,9 @@ pub enum Backend {
 /// A connection pool to one of the two engines.
 #[derive(Clone, Debug)]
 pub enum Store {
-    /// SQLite (WAL, foreign keys, busy timeout, `BEGIN IMMEDIATE` writes).
-    Sqlite(SqlitePool),
+    /// SQLite (WAL, foreign keys, busy timeout, `BEGIN IMMEDIATE` writes),
+    /// with the group-commit writer when it is on.
+    Sqlite(SqlitePool, Option<batch::Writer>),
     /// PostgreSQL (row locks and constraints guard every invariant).
     Postgres(PgPool),
 }
@@ -82,10 +84,13 @@ impl Store {
                 .foreign_keys(true)
                 .busy_timeout(Duration::from_secs(10));
             let pool = SqlitePoolOptions::new()
-                .max_connections(Ord::max(config.max_connections, 2))
+                .max_connections(Ord::max(config.max_connections, 3))
                 .connect_with(options)
                 .await?;
-            Ok(Store::Sqlite(pool))
+            let writer = config
+                .sqlite_group_commit
+                .then(|| batch::Writer::start(pool.clone()));
+            Ok(Store::Sqlite(pool, writer))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let options = PgConnectOptions::from_str(url)?;
             let pool = PgPoolOptions::new()
@@ -102,7 +107,7 @@ impl Store {
     /// The engine behind this store.
     pub fn backend(&self) -> Backend {
         match self {
-            Store::Sqlite(_) => Backend::Sqlite,
+            Store::Sqlite(..) => Backend::Sqlite,
             Store::Postgres(_) => Backend::Postgres,
         }
     }
@@ -110,7 +115,7 @@ impl Store {
     /// Applies the embedded migrations of this backend.
     pub async fn migrate(&self) -> anyhow::Result<()> {
         match self {
-            Store::Sqlite(pool) => SQLITE_MIGRATIONS.run(pool).await?,
+            Store::Sqlite(pool, _) => SQLITE_MIGRATIONS.run(pool).await?,
             Store::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await?,
         }
         Ok(())
@@ -133,16 +138,19 @@ impl Store {
 
     fn migrator(&self) -> &'static sqlx::migrate::Migrator {
         match self {
-            Store::Sqlite(_) => &SQLITE_MIGRATIONS,
+            Store::Sqlite(..) => &SQLITE_MIGRATIONS,
             Store::Postgres(_) => &POSTGRES_MIGRATIONS,
         }
     }
 
     /// Begins a write transaction: `BEGIN IMMEDIATE` on SQLite, so the write
-    /// lock is taken up front and the read-decide-write inside is serialized.
+    /// lock is taken up front and the read-decide-write inside is serialized;
+    /// with group commit, a savepoint in the writer's open batch (see
+    /// [`batch`]).
     pub async fn write(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(pool) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+            Store::Sqlite(_, Some(writer)) => Tx::Batch(writer.begin().await?),
+            Store::Sqlite(pool, None) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
             Store::Postgres(pool) => Tx::Postgres(pool.begin().await?),
         })
     }
@@ -150,7 +158,7 @@ impl Store {
     /// Begins a read transaction: one consistent snapshot for a whole answer.
     pub async fn read(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(pool) => Tx::Sqlite(pool.begin().await?),
+            Store::Sqlite(pool, _) => Tx::Sqlite(pool.begin().await?),
             Store::Postgres(pool) => Tx::Postgres(
                 pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     .await?,
@@ -161,7 +169,12 @@ impl Store {
     /// Closes every pooled connection.
     pub async fn close(&self) {
         match self {
-            Store::Sqlite(pool) => pool.close().await,
+            Store::Sqlite(pool, writer) => {
+                if let Some(writer) = writer {
+                    writer.shutdown().await;
+                }
+                pool.close().await
+            }
             Store::Postgres(pool) => pool.close().await,
         }
     }
@@ -171,6 +184,8 @@ impl Store {
 pub enum Tx {
     /// SQLite transaction.
     Sqlite(Transaction<'static, Sqlite>),
+    /// SQLite write transaction inside a group-commit batch.
+    Batch(batch::BatchTx),
     /// PostgreSQL transaction.
     Postgres(Transaction<'static, Postgres>),
 }
@@ -181,6 +196,11 @@ macro_rules! dispatch {
             Tx::Sqlite(tx) => {
                 let ($sql, $values) = $q.build_sqlx(SqliteQueryBuilder);
                 let $conn = &mut **tx;
+                $body
+            }
+            Tx::Batch(tx) => {
+                let ($sql, $values) = $q.build_sqlx(SqliteQueryBuilder);
+                let $conn = tx.conn();
                 $body
             }
             Tx::Postgres(tx) => {
@@ -196,7 +216,7 @@ impl Tx {
     /// The engine of this transaction.
     pub fn backend(&self) -> Backend {
         match self {
-            Tx::Sqlite(_) => Backend::Sqlite,
+            Tx::Sqlite(_) | Tx::Batch(_) => Backend::Sqlite,
             Tx::Postgres(_) => Backend::Postgres,
         }
     }
@@ -245,6 +265,7 @@ impl Tx {
     pub async fn commit(self) -> StoreResult<()> {
         match self {
             Tx::Sqlite(tx) => tx.commit().await,
+            Tx::Batch(tx) => tx.commit().await,
             Tx::Postgres(tx) => tx.commit().await,
         }
     }
@@ -253,6 +274,10 @@ impl Tx {
     pub async fn rollback(self) -> StoreResult<()> {
         match self {
             Tx::Sqlite(tx) => tx.rollback().await,
+            Tx::Batch(tx) => {
+                tx.rollback();
+                Ok(())
+            }
             Tx::Postgres(tx) => tx.rollback().await,
         }
     }

@@ -1,0 +1,381 @@
+//! Group commit for SQLite: concurrent write transactions share one durable
+//! commit.
+//!
+//! SQLite has one writer at a time, so write transactions are serialized
+//! anyway (`BEGIN IMMEDIATE`); what limits throughput is the fsync of every
+//! commit. Here one task owns a connection and an open `BEGIN IMMEDIATE`
+//! transaction. Each caller of [`Writer::begin`] gets that connection in
+//! turn, inside its own `SAVEPOINT`: its statements are atomic and its
+//! failure (a dropped or rolled-back [`BatchTx`]) undoes only its own work
+//! (`ROLLBACK TO`). A caller's `commit` releases its savepoint, hands the
+//! connection back and waits; when no caller is queued (or the batch is
+//! full), the task commits once and only then tells every caller of the
+//! batch the outcome. So each answer is still sent only after its own work
+//! is durable, and one fsync covers many requests.
+//!
+//! If the batch commit fails, every caller in it gets the error (none of
+//! their work was committed). If SQLite aborted the whole transaction (the
+//! savepoint is gone), the batch is failed the same way.
+
+use std::time::{Duration, Instant};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Sqlite, SqlitePool};
+use tokio::sync::{mpsc, oneshot};
+
+use super::StoreResult;
+
+/// Most transactions committed together.
+pub const MAX_BATCH: usize = 64;
+/// Longest a batch stays open while callers keep arriving.
+pub const MAX_BATCH_TIME: Duration = Duration::from_millis(10);
+
+type Lease = oneshot::Sender<StoreResult<BatchTx>>;
+
+enum Msg {
+    Begin(Lease),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// What a lease holder hands back with the connection.
+enum Returned {
+    /// Keep the work; tell me when it is durable.
+    Release(oneshot::Sender<StoreResult<()>>),
+    /// Undo the work.
+    Abandon,
+}
+
+/// The handle to the writer task of one SQLite pool.
+#[derive(Clone, Debug)]
+pub struct Writer {
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
+/// One caller's transaction inside a batch: a savepoint on the writer's
+/// connection. Dropping it without `commit` undoes its work.
+pub struct BatchTx {
+    conn: Option<PoolConnection<Sqlite>>,
+    back: Option<oneshot::Sender<(PoolConnection<Sqlite>, Returned)>>,
+}
+
+impl std::fmt::Debug for BatchTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BatchTx")
+    }
+}
+
+impl BatchTx {
+    /// The connection, for the statements of this transaction.
+    pub fn conn(&mut self) -> &mut sqlx::SqliteConnection {
+        self.conn
+            .as_mut()
+            .expect("a BatchTx holds its connection until commit or drop")
+    }
+
+    fn hand_back(&mut self, returned: Returned) {
+        if let (Some(conn), Some(back)) = (self.conn.take(), self.back.take()) {
+            // The writer waits for this; if it is gone, the connection is
+            // dropped (closed by the pool) and its transaction with it.
+            let _ = back.send((conn, returned));
+        }
+    }
+
+    /// Keeps this work and waits until the batch holding it is committed.
+    pub async fn commit(mut self) -> StoreResult<()> {
+        let (done, wait) = oneshot::channel();
+        self.hand_back(Returned::Release(done));
+        wait.await.unwrap_or_else(|_| Err(writer_gone()))
+    }
+
+    /// Undoes this work.
+    pub fn rollback(mut self) {
+        self.hand_back(Returned::Abandon);
+    }
+}
+
+impl Drop for BatchTx {
+    fn drop(&mut self) {
+        self.hand_back(Returned::Abandon);
+    }
+}
+
+fn writer_gone() -> sqlx::Error {
+    sqlx::Error::PoolClosed
+}
+
+impl Writer {
+    /// Starts the writer task of `pool`.
+    pub fn start(pool: SqlitePool) -> Writer {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(pool, rx));
+        Writer { tx }
+    }
+
+    /// Waits for the connection, inside a fresh savepoint of the open batch.
+    pub async fn begin(&self) -> StoreResult<BatchTx> {
+        let (lease, wait) = oneshot::channel();
+        self.tx.send(Msg::Begin(lease)).map_err(|_| writer_gone())?;
+        wait.await.unwrap_or_else(|_| Err(writer_gone()))
+    }
+
+    /// Stops the task after the current batch and returns its connection to
+    /// the pool.
+    pub async fn shutdown(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Msg::Shutdown(done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+}
+
+async fn exec(conn: &mut PoolConnection<Sqlite>, sql: &'static str) -> StoreResult<()> {
+    sqlx::raw_sql(sql).execute(&mut **conn).await.map(|_| ())
+}
+
+async fn run(pool: SqlitePool, mut rx: mpsc::UnboundedReceiver<Msg>) {
+    let mut conn: Option<PoolConnection<Sqlite>> = None;
+    while let Some(msg) = rx.recv().await {
+        let first = match msg {
+            Msg::Begin(lease) => lease,
+            Msg::Shutdown(done) => {
+                drop(conn.take());
+                let _ = done.send(());
+                return;
+            }
+        };
+        let mut c = match conn.take() {
+            Some(c) => c,
+            None => match pool.acquire().await {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = first.send(Err(e));
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = exec(&mut c, "BEGIN IMMEDIATE").await {
+            let _ = first.send(Err(e));
+            conn = Some(c);
+            continue;
+        }
+        let batch = run_batch(c, first, &mut rx).await;
+        let Some(mut c) = batch.conn else {
+            // The connection was lost with its transaction (nothing of the
+            // batch was committed); the next batch opens a fresh one.
+            fail_all(batch.waiters, "the group commit lost its connection");
+            continue;
+        };
+        let result = match &batch.failed {
+            None => exec(&mut c, "COMMIT").await,
+            Some(why) => Err(sqlx::Error::Protocol(format!(
+                "the group-commit batch failed: {why}"
+            ))),
+        };
+        match result {
+            Ok(()) => {
+                metrics::counter!("writ_sqlite_group_commits_total").increment(1);
+                metrics::counter!("writ_sqlite_group_commit_transactions_total")
+                    .increment(batch.waiters.len() as u64);
+                for w in batch.waiters {
+                    let _ = w.send(Ok(()));
+                }
+            }
+            Err(e) => {
+                // Leave no transaction open on the connection.
+                let _ = exec(&mut c, "ROLLBACK").await;
+                fail_all(batch.waiters, &e.to_string());
+            }
+        }
+        conn = Some(c);
+        if let Some(done) = batch.shutdown {
+            drop(conn.take());
+            let _ = done.send(());
+            return;
+        }
+    }
+}
+
+fn fail_all(waiters: Vec<oneshot::Sender<StoreResult<()>>>, why: &str) {
+    for w in waiters {
+        let _ = w.send(Err(sqlx::Error::Protocol(format!(
+            "group commit failed: {why}"
+        ))));
+    }
+}
+
+/// The state of one batch when it stops taking callers.
+struct Batch {
+    conn: Option<PoolConnection<Sqlite>>,
+    waiters: Vec<oneshot::Sender<StoreResult<()>>>,
+    failed: Option<String>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+/// Lends the connection to queued callers, one savepoint each, until the
+/// queue is empty, the batch is full or old, or something failed.
+async fn run_batch(
+    mut c: PoolConnection<Sqlite>,
+    first: Lease,
+    rx: &mut mpsc::UnboundedReceiver<Msg>,
+) -> Batch {
+    let started = Instant::now();
+    let mut batch = Batch {
+        conn: None,
+        waiters: Vec::new(),
+        failed: None,
+        shutdown: None,
+    };
+    let mut next = Some(first);
+    let mut count = 0;
+    while let Some(lease) = next.take() {
+        if let Err(e) = exec(&mut c, "SAVEPOINT writ_job").await {
+            batch.failed = Some(e.to_string());
+            let _ = lease.send(Err(e));
+            break;
+        }
+        let (back, returned) = oneshot::channel();
+        let job = BatchTx {
+            conn: Some(c),
+            back: Some(back),
+        };
+        // If the caller is gone, the lease comes back in the error and its
+        // drop hands the connection back as abandoned.
+        drop(lease.send(Ok(job)));
+        let Ok((back_conn, outcome)) = returned.await else {
+            batch.failed = Some("connection lost".into());
+            return batch;
+        };
+        c = back_conn;
+        let step = match outcome {
+            Returned::Release(done) => {
+                batch.waiters.push(done);
+                exec(&mut c, "RELEASE writ_job").await
+            }
+            Returned::Abandon => exec(&mut c, "ROLLBACK TO writ_job; RELEASE writ_job").await,
+        };
+        if let Err(e) = step {
+            batch.failed = Some(e.to_string());
+            break;
+        }
+        count += 1;
+        if count >= MAX_BATCH || started.elapsed() >= MAX_BATCH_TIME {
+            break;
+        }
+        match rx.try_recv() {
+            Ok(Msg::Begin(lease)) => next = Some(lease),
+            Ok(Msg::Shutdown(done)) => batch.shutdown = Some(done),
+            Err(_) => {}
+        }
+    }
+    batch.conn = Some(c);
+    batch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::sqlite::SqliteConnectOptions;
+
+    async fn pool() -> (SqlitePool, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!("writ-batch-{}.db", rand::random::<u64>()));
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .unwrap();
+        sqlx::raw_sql("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        (pool, path)
+    }
+
+    async fn insert(tx: &mut BatchTx, k: i64) -> StoreResult<()> {
+        sqlx::query("INSERT INTO t (k) VALUES (?)")
+            .bind(k)
+            .execute(tx.conn())
+            .await
+            .map(|_| ())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn each_job_is_atomic_and_isolated_from_the_others_failures() {
+        let (pool, path) = pool().await;
+        let writer = Writer::start(pool.clone());
+        let mut jobs = Vec::new();
+        for k in 0..200i64 {
+            let writer = writer.clone();
+            jobs.push(tokio::spawn(async move {
+                let mut tx = writer.begin().await?;
+                insert(&mut tx, k).await?;
+                insert(&mut tx, 1000 + k).await?;
+                match k % 4 {
+                    // Abandoned after writing: both rows must vanish.
+                    0 => {
+                        drop(tx);
+                        Ok(false)
+                    }
+                    // A failing statement (duplicate key) after a good one.
+                    1 => {
+                        let failed = insert(&mut tx, k).await;
+                        assert!(failed.is_err());
+                        tx.rollback();
+                        Ok(false)
+                    }
+                    _ => tx.commit().await.map(|()| true),
+                }
+            }));
+        }
+        let mut committed = Vec::new();
+        for (k, job) in jobs.into_iter().enumerate() {
+            if job.await.unwrap().unwrap() {
+                committed.push(k as i64);
+            }
+        }
+        let rows: Vec<(i64,)> = sqlx::query_as("SELECT k FROM t WHERE k < 1000 ORDER BY k")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        let rows: Vec<i64> = rows.into_iter().map(|r| r.0).collect();
+        assert_eq!(rows, committed);
+        let pairs: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM t WHERE k >= 1000")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(pairs.0 as usize, committed.len());
+        assert_eq!(committed.len(), 100);
+        writer.shutdown().await;
+        pool.close().await;
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_returns_only_once_durable_and_visible() {
+        let (pool, path) = pool().await;
+        let writer = Writer::start(pool.clone());
+        for k in 0..20i64 {
+            let mut tx = writer.begin().await.unwrap();
+            insert(&mut tx, k).await.unwrap();
+            tx.commit().await.unwrap();
+            // Another connection sees it at once: it was committed, not
+            // merely released into an open batch.
+            let seen: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM t WHERE k = ?")
+                .bind(k)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            assert_eq!(seen.0, 1);
+        }
+        writer.shutdown().await;
+        assert!(
+            writer.begin().await.is_err(),
+            "a stopped writer refuses work"
+        );
+        pool.close().await;
+        let _ = std::fs::remove_file(&path);
+    }
+}
