@@ -14,6 +14,9 @@ use serde_json::{Map, Value, json};
 /// Page size of the list tool (the native default).
 pub const LIST_LIMIT: u64 = 30;
 
+/// Largest page number (the native list's bound: a larger page is 400).
+pub const MAX_PAGE: u64 = 1_000_000_000;
+
 /// Longest `owner` or `repo` argument accepted, in characters.
 pub const MAX_NAME_CHARS: usize = 100;
 
@@ -177,9 +180,10 @@ impl Member {
 
     fn schema(self) -> Value {
         let positive = json!({"type": "integer", "minimum": 1, "maximum": i64::MAX});
+        let page = json!({"type": "integer", "minimum": 1, "maximum": MAX_PAGE});
         let name = json!({"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS});
         match self {
-            Member::Page => positive,
+            Member::Page => page,
             Member::State => json!({
                 "type": "string",
                 "enum": ["awaiting_agent", "awaiting_human", "active", "revoked", "all"],
@@ -314,6 +318,10 @@ fn check_member(member: Member, value: &Value) -> Result<(), InputError> {
         return Err(InputError(format!("{name} must not contain U+0000")));
     }
     match member.kind() {
+        Kind::Positive if member == Member::Page => match value.as_u64() {
+            Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(()),
+            _ => bad(&format!("a JSON integer from 1 to {MAX_PAGE}")),
+        },
         Kind::Positive => match value.as_i64() {
             Some(n) if n >= 1 && (value.is_i64() || value.is_u64()) => Ok(()),
             _ => bad("a positive JSON integer within i64"),

@@ -85,7 +85,13 @@ impl IntoResponse for ApiError {
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
-            Error::Internal(cause) | Error::AuditUnavailable(cause) => {
+            Error::AuditUnavailable(cause) => {
+                // Logged here (inside the request's span, with its id); the
+                // answer stays 503 `audit_unavailable`: the call was refused
+                // and may be retried.
+                tracing::error!(error = %format!("{cause:#}"), "audit unavailable: call refused");
+            }
+            Error::Internal(cause) => {
                 response
                     .extensions_mut()
                     .insert(InternalError(format!("{cause:#}")));

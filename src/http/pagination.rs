@@ -11,6 +11,9 @@ use crate::service::{Error, Result};
 /// Default page size.
 pub const DEFAULT_LIMIT: u64 = 30;
 
+/// Largest page number accepted (larger ones are 400, not an empty page).
+pub const MAX_PAGE: u64 = crate::domain::tools::MAX_PAGE;
+
 /// The raw query as parsed, for building links.
 #[derive(Debug, Clone)]
 pub struct ListQuery {
@@ -37,9 +40,10 @@ pub fn parse_list_query(raw: Option<&str>, max_limit: u64) -> Result<ListQuery> 
     let page = match page.as_deref() {
         None => 1,
         Some(p) => parse_positive_i64(p)
-            .filter(|p| *p <= 1_000_000_000)
-            .ok_or_else(|| Error::Invalid("page must be a positive integer".into()))?
-            as u64,
+            .filter(|p| *p as u64 <= MAX_PAGE)
+            .ok_or_else(|| {
+                Error::Invalid(format!("page must be an integer from 1 to {MAX_PAGE}"))
+            })? as u64,
     };
     let limit = match limit.as_deref() {
         None => DEFAULT_LIMIT,

@@ -1617,12 +1617,12 @@ async fn list_pages_over_mcp(app: TestApp) {
     assert_eq!(all["has_more"], false);
 }
 
-// Product bug (see the message): the list tool's input schema allows any
-// page up to i64::MAX (and the native API any positive page, "a page past
-// the end is an empty array"), but the native list parser refuses pages
-// above 1_000_000_000 with 400 "page must be a positive integer".
-both_backends!(list_tool_accepts_every_page_its_schema_allows);
-async fn list_tool_accepts_every_page_its_schema_allows(app: TestApp) {
+// The list tool's page bound is the native list's (1..=1_000_000_000; the
+// bad-input catalogue wants oversized pages refused with a 4xx): pages up to
+// it past the end are empty, larger ones are 400 on both surfaces, and the
+// schema says so.
+both_backends!(list_tool_pages_are_bounded_like_the_native_list);
+async fn list_tool_pages_are_bounded_like_the_native_list(app: TestApp) {
     let world = World::new(&app).await;
     world.prepare("Far pages").await;
     put_grants(
@@ -1633,27 +1633,44 @@ async fn list_tool_accepts_every_page_its_schema_allows(app: TestApp) {
     .await;
     let mcp = Mcp::new(&app, &world.bot);
     let list = mcp.tools().await;
+    // The schema's bound is the native list's: a larger page is 400 on both.
     let maximum = &list[0]["inputSchema"]["properties"]["page"]["maximum"];
-    assert_eq!(maximum, &json!(i64::MAX));
-    for page in [1_000_000_001_i64, i64::MAX] {
+    assert_eq!(maximum, &json!(1_000_000_000));
+    for page in [2_i64, 1_000_000_000] {
         let result = mcp.call(LIST, json!({"page": page})).await;
+        assert!(
+            !result.is_error && result.content["grants"] == json!([]),
+            "page {page}: {}",
+            result.content
+        );
         let rest = app
             .get(
                 &format!("/api/v1/agent-work-grants?page={page}"),
                 Auth::Token(&world.bot),
             )
             .await;
-        assert!(
-            !result.is_error && result.content["grants"] == json!([]),
-            "page {page}: the tool refuses a page its own schema allows: {} \
-             (the native route answers {} {}; src/http/pagination.rs caps page at \
-             1_000_000_000 with the message \"page must be a positive integer\")",
-            result.content,
-            rest.status,
-            rest.body
-        );
         rest.assert_status(200);
         assert_eq!(rest.json(), json!([]));
+    }
+    for page in [1_000_000_001_i64, i64::MAX] {
+        let result = mcp.call(LIST, json!({"page": page})).await;
+        assert!(result.is_error, "page {page}: {}", result.content);
+        assert_eq!(result.content["code"], "invalid_input");
+        assert!(
+            result.content["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("1 to 1000000000")),
+            "{}",
+            result.content
+        );
+        let rest = app
+            .get(
+                &format!("/api/v1/agent-work-grants?page={page}"),
+                Auth::Token(&world.bot),
+            )
+            .await;
+        rest.assert_error(400, "invalid_input");
+        assert!(rest.body.contains("1 to 1000000000"), "{}", rest.body);
     }
 }
 
