@@ -1,6 +1,6 @@
 //! The speed bars of quality.md, judged from one run's rows.
 
-use crate::report::{Bar, Row};
+use crate::report::{BAR_BASELINE, Bar, Row};
 
 fn find<'a>(rows: &'a [Row], scenario: &str, op: &str, n: usize) -> Option<&'a Row> {
     rows.iter()
@@ -13,8 +13,8 @@ pub fn judge(rows: &[Row], engine: &str, synchronous: &str, n: usize) -> Vec<Bar
     let sqlite = engine == "sqlite";
     let submit = find(rows, "submit only", "new submit", n);
     let read = find(rows, "read only", "grant read", n);
-    let base_1 = find(rows, "baseline", "T_submit", 1);
-    let base_n = find(rows, "baseline", "T_submit", n);
+    let base_1 = find(rows, BAR_BASELINE, "T_submit", 1);
+    let base_n = find(rows, BAR_BASELINE, "T_submit", n);
     let mut bars = Vec::new();
 
     let ratio = |w: Option<&Row>, b: Option<&Row>| match (w, b) {
@@ -66,7 +66,7 @@ pub fn judge(rows: &[Row], engine: &str, synchronous: &str, n: usize) -> Vec<Bar
                 "{:.0}/s (p99 {:.2} ms); baseline SQL read {}",
                 r.per_s,
                 r.p99_ms,
-                find(rows, "baseline", "grant read (SQL)", n)
+                find(rows, BAR_BASELINE, "grant read (SQL)", n)
                     .map_or("not run".to_owned(), |b| format!("{:.0}/s", b.per_s))
             ),
             holds: sqlite.then_some(r.per_s >= 20_000.0),

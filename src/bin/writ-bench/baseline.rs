@@ -24,17 +24,26 @@ use sqlx::sqlite::{
 };
 
 use crate::load::{ISSUE_BODY, Window, issue_title, request_key};
-use crate::report::Row;
-use crate::stats::{CpuWindow, Samples};
+use crate::stats::{CpuWindow, Samples, Slice};
 use crate::target::{Engine, Target};
 
 /// Which baseline operation.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// T_submit.
     Submit,
     /// One grant by id, joined with its repository.
     Read,
+}
+
+impl Kind {
+    /// The row label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Submit => "T_submit",
+            Kind::Read => "grant read (SQL)",
+        }
+    }
 }
 
 /// A grant of the baseline fixture.
@@ -335,15 +344,10 @@ impl Baseline {
         })
     }
 
-    /// One row: `n` tasks, task i on grant i, sharing a pool of
+    /// One slice of a row: `n` tasks, task i on grant i, sharing a pool of
     /// min(n, Writ's `max_connections`) connections.
-    pub async fn run(&mut self, kind: Kind, n: usize, window: Window) -> anyhow::Result<Vec<Row>> {
+    pub async fn run(&self, kind: Kind, n: usize, window: Window) -> anyhow::Result<Slice> {
         anyhow::ensure!(n <= self.grants.len(), "only {} grants", self.grants.len());
-        let (scenario, op) = match kind {
-            Kind::Submit => ("baseline", "T_submit"),
-            Kind::Read => ("baseline", "grant read (SQL)"),
-        };
-        eprintln!("writ-bench: {scenario} {op}, {n} clients");
         let size = u32::try_from(n)?.clamp(1, self.max_connections.max(1));
         let pool = self.open(size).await?;
         let start = Instant::now();
@@ -357,21 +361,18 @@ impl Baseline {
         tokio::time::sleep_until(warm_end.into()).await;
         let cpu = CpuWindow::start(None);
         tokio::time::sleep_until(deadline.into()).await;
-        let (_, host_cpu) = cpu.finish();
+        let (_, host_ticks) = cpu.finish();
         let mut merged = Samples::default();
         for task in tasks {
             merged.merge(task.await?);
         }
-        if matches!(self.engine, Engine::Sqlite) {
-            // Writ's pool never checkpoints by hand either; this only keeps
-            // the WAL of one row from slowing the next.
-            pool.script("PRAGMA wal_checkpoint(TRUNCATE)".into())
-                .await?;
-        }
         pool.close().await;
-        let mut row = Row::new(scenario, n, op, merged, window.measure.as_secs_f64());
-        row.host_cpu_pct = host_cpu;
-        Ok(vec![row])
+        Ok(Slice {
+            ops: vec![(kind.label(), merged)],
+            seconds: window.measure.as_secs_f64(),
+            host_ticks,
+            ..Slice::default()
+        })
     }
 }
 

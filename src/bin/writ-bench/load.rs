@@ -14,9 +14,8 @@ use reqwest::{Client, StatusCode};
 use serde_json::json;
 
 use crate::fixture::{BotGrant, PROPOSAL_SCHEMA, World, grant_path};
-use crate::report::Row;
 use crate::server::Server;
-use crate::stats::{CpuWindow, RssSampler, Samples};
+use crate::stats::{CpuWindow, RssSampler, Samples, Slice};
 
 /// Percent of each operation in a mixed row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -306,18 +305,15 @@ async fn drive(
     (bot, samples)
 }
 
-/// One row: the first `n` bots drive the server with `mix`; one result row
-/// per operation kind seen (plus the total of a mixed row).
+/// One slice of a row: the first `n` bots drive the server with `mix`.
 pub async fn run(
     server: &Server,
     world: &mut World,
     n: usize,
     mix: Mix,
-    scenario: &str,
     window: Window,
-) -> anyhow::Result<Vec<Row>> {
+) -> anyhow::Result<Slice> {
     anyhow::ensure!(n <= world.bots.len(), "only {} bots", world.bots.len());
-    eprintln!("writ-bench: writ {scenario}, {n} clients ({mix})");
     let start = Instant::now();
     let warm_end = start + window.warmup;
     let deadline = warm_end + window.measure;
@@ -338,7 +334,7 @@ pub async fn run(
     tokio::time::sleep_until(warm_end.into()).await;
     let cpu = CpuWindow::start(Some(server.pid()));
     tokio::time::sleep_until(deadline.into()).await;
-    let (server_cpu, host_cpu) = cpu.finish();
+    let (server_cpu_s, host_ticks) = cpu.finish();
     let mut merged: [Samples; 4] = Default::default();
     let mut returned = Vec::with_capacity(n);
     for task in tasks {
@@ -349,24 +345,16 @@ pub async fn run(
         }
     }
     world.bots.splice(0..0, returned);
-    let peak = rss.finish().await;
-    let seconds = window.measure.as_secs_f64();
-    let mut rows = Vec::new();
-    let mut total = Samples::default();
-    for (op, s) in Op::ALL.into_iter().zip(merged) {
-        if s.latencies_us.is_empty() && s.errors == 0 {
-            continue;
-        }
-        total.merge(s.clone());
-        rows.push(Row::new(scenario, n, op.label(), s, seconds));
-    }
-    if rows.len() > 1 {
-        rows.push(Row::new(scenario, n, "all", total, seconds));
-    }
-    for row in &mut rows {
-        row.server_rss_peak_mib = Some(peak);
-        row.server_cpu_pct = server_cpu;
-        row.host_cpu_pct = host_cpu;
-    }
-    Ok(rows)
+    Ok(Slice {
+        ops: Op::ALL
+            .into_iter()
+            .zip(merged)
+            .filter(|(_, s)| !s.latencies_us.is_empty() || s.errors > 0)
+            .map(|(op, s)| (op.label(), s))
+            .collect(),
+        seconds: window.measure.as_secs_f64(),
+        server_cpu_s,
+        host_ticks,
+        rss_peak_mib: Some(rss.finish().await),
+    })
 }

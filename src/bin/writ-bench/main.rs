@@ -10,7 +10,12 @@
 //!    (admin CLI and API, browser forms, bot confirm; [`fixture`]) and driven
 //!    over HTTP by N keep-alive bot clients ([`load`]);
 //! 3. a table (stdout) and the same as JSON (`--json FILE`), with the
-//!    Writ/baseline ratios and which bars hold ([`report`]).
+//!    Writ/baseline ratios and which bars hold ([`report`], [`bars`]).
+//!
+//! Rows come in groups (per N: the two baselines and the mixed row; then the
+//! bar rows with their own baselines). Each row's time is cut into slices and
+//! the rows of a group take turns, so the noise of a shared machine falls on
+//! both sides of a ratio alike.
 //!
 //! Every response status is checked; any unexpected one fails the run.
 //! Only loopback addresses are contacted.
@@ -42,12 +47,16 @@ pub struct Args {
     /// databases there and drops them at the end. Without it: SQLite temp files.
     #[arg(long)]
     pub database_url: Option<String>,
-    /// Measured seconds per row.
+    /// Measured seconds per row (all its slices).
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
-    /// Unmeasured seconds before each row.
-    #[arg(long, default_value_t = 0.5)]
+    /// Unmeasured seconds before each slice.
+    #[arg(long, default_value_t = 0.2)]
     pub warmup: f64,
+    /// Slices each row's time is cut into; the rows of a group take turns
+    /// slice by slice, so slow changes in the machine's load hit them alike.
+    #[arg(long, default_value_t = 5)]
+    pub slices: u32,
     /// Client counts of the mixed rows and the baseline rows.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     pub clients: Vec<usize>,
@@ -121,7 +130,17 @@ fn validate(args: &Args) -> anyhow::Result<()> {
         "client counts must be positive"
     );
     anyhow::ensure!(args.repos != Some(0), "--repos must be positive");
+    anyhow::ensure!(args.slices > 0, "--slices must be positive");
     Ok(())
+}
+
+/// One row of the table while it is measured.
+#[derive(Debug, Clone, Copy)]
+enum Job {
+    /// A baseline row, straight to the engine.
+    Baseline(baseline::Kind, usize, &'static str),
+    /// A server row: N bot clients with a mix.
+    Writ(Mix, usize, &'static str),
 }
 
 async fn run(args: &Args, target: &target::Target) -> anyhow::Result<bool> {
@@ -134,12 +153,7 @@ async fn run(args: &Args, target: &target::Target) -> anyhow::Result<bool> {
         .max()
         .unwrap_or(1);
     let repos = args.repos.unwrap_or(bots).min(bots);
-    let window = load::Window {
-        warmup: Duration::from_secs_f64(args.warmup),
-        measure: Duration::from_secs_f64(args.seconds),
-    };
-
-    let mut base = if args.no_baseline {
+    let base = if args.no_baseline {
         None
     } else {
         Some(baseline::Baseline::prepare(target, bots, repos).await?)
@@ -147,45 +161,117 @@ async fn run(args: &Args, target: &target::Target) -> anyhow::Result<bool> {
     let mut server = server::Server::start(args, target).await?;
     let mut world = fixture::build(&server, bots, repos, args.extra_grants).await?;
     eprintln!(
-        "writ-bench: {} bots, {} repositories, server pid {} on {}",
-        bots,
-        repos,
+        "writ-bench: {bots} bots, {repos} repositories, server pid {} on {}",
         server.pid(),
         server.base()
     );
-
-    // Baseline and server rows interleave by N, so a noisy neighbour hits
-    // both sides of a ratio alike. Any unexpected outcome ends the run.
-    let mut plan: Vec<(usize, Option<Mix>)> =
-        args.clients.iter().map(|&n| (n, Some(args.mix))).collect();
-    if !args.clients.contains(&args.bar_clients) {
-        plan.push((args.bar_clients, None));
-    }
-    plan.push((args.bar_clients, Some(Mix::SUBMIT)));
-    plan.push((args.bar_clients, Some(Mix::READ)));
-    let mut baseline_done = Vec::new();
-    for (n, mix) in plan {
-        if let Some(base) = base.as_mut()
-            && !baseline_done.contains(&n)
-        {
-            baseline_done.push(n);
-            for kind in [baseline::Kind::Submit, baseline::Kind::Read] {
-                if !bench.push(base.run(kind, n, window).await?) {
-                    return bench.finish(&mut server).await;
-                }
-            }
-        }
-        let Some(mix) = mix else { continue };
-        let scenario = match mix {
-            Mix::SUBMIT => "submit only",
-            Mix::READ => "read only",
-            _ => "mix",
-        };
-        let rows = load::run(&server, &mut world, n, mix, scenario, window).await?;
-        if !bench.push(rows) {
+    let mut run = Runner {
+        args,
+        base: base.as_ref(),
+        server: &server,
+        world: &mut world,
+    };
+    for group in plan(args) {
+        let (rows, clean) = run.group(&group).await?;
+        if !bench.push(rows) || !clean {
             return bench.finish(&mut server).await;
         }
     }
     bench.check_counters(&world, &server).await;
     bench.finish(&mut server).await
+}
+
+/// The groups of rows: per N of `--clients`, the two baselines and the mixed
+/// row; then the bar rows (submit only, read only) with their baselines.
+/// Without a baseline, the baseline jobs are dropped.
+fn plan(args: &Args) -> Vec<Vec<Job>> {
+    use baseline::Kind::{Read, Submit};
+    use report::{BAR_BASELINE, BASELINE};
+    let keep = |jobs: Vec<Job>| -> Vec<Job> {
+        jobs.into_iter()
+            .filter(|j| !(args.no_baseline && matches!(j, Job::Baseline(..))))
+            .collect()
+    };
+    let mut groups: Vec<Vec<Job>> = args
+        .clients
+        .iter()
+        .map(|&n| {
+            keep(vec![
+                Job::Baseline(Submit, n, BASELINE),
+                Job::Baseline(Read, n, BASELINE),
+                Job::Writ(args.mix, n, "mix"),
+            ])
+        })
+        .collect();
+    let n = args.bar_clients;
+    groups.push(keep(vec![
+        Job::Baseline(Submit, 1, BAR_BASELINE),
+        Job::Baseline(Submit, n, BAR_BASELINE),
+        Job::Writ(Mix::SUBMIT, n, "submit only"),
+        Job::Baseline(Read, n, BAR_BASELINE),
+        Job::Writ(Mix::READ, n, "read only"),
+    ]));
+    groups
+}
+
+/// Runs groups of rows, slice by slice.
+struct Runner<'a> {
+    args: &'a Args,
+    base: Option<&'a baseline::Baseline>,
+    server: &'a server::Server,
+    world: &'a mut fixture::World,
+}
+
+impl Runner<'_> {
+    /// Each row's `--seconds` is cut into `--slices` slices and the rows of
+    /// the group take turns (ABCABC…), so a change in the machine's load hits
+    /// every row of the group alike. Stops at the first slice with an
+    /// unexpected outcome; (rows, clean).
+    async fn group(&mut self, jobs: &[Job]) -> anyhow::Result<(Vec<report::Row>, bool)> {
+        let slices = self.args.slices;
+        let window = load::Window {
+            warmup: Duration::from_secs_f64(self.args.warmup),
+            measure: Duration::from_secs_f64(self.args.seconds / slices as f64),
+        };
+        let names: Vec<String> = jobs.iter().map(describe).collect();
+        eprintln!("writ-bench: {} × {slices} slices", names.join(" / "));
+        let mut acc: Vec<stats::Slice> = vec![stats::Slice::default(); jobs.len()];
+        let mut clean = true;
+        'slices: for _ in 0..slices {
+            for (job, acc) in jobs.iter().zip(acc.iter_mut()) {
+                let slice = match *job {
+                    Job::Baseline(kind, n, _) => match self.base {
+                        Some(base) => base.run(kind, n, window).await?,
+                        None => continue,
+                    },
+                    Job::Writ(mix, n, _) => {
+                        load::run(self.server, self.world, n, mix, window).await?
+                    }
+                };
+                clean &= slice.errors() == 0;
+                acc.merge(slice);
+                if !clean {
+                    break 'slices;
+                }
+            }
+        }
+        let mut rows = Vec::new();
+        for (job, slice) in jobs.iter().zip(acc) {
+            if slice.ops.is_empty() {
+                continue;
+            }
+            let (n, scenario) = match *job {
+                Job::Baseline(_, n, s) | Job::Writ(_, n, s) => (n, s),
+            };
+            rows.extend(report::Row::from_slice(scenario, n, slice));
+        }
+        Ok((rows, clean))
+    }
+}
+
+fn describe(job: &Job) -> String {
+    match job {
+        Job::Baseline(kind, n, s) => format!("{s} {} N={n}", kind.label()),
+        Job::Writ(mix, n, s) => format!("writ {s} N={n} ({mix})"),
+    }
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::Args;
 use crate::fixture::World;
 use crate::server::Server;
-use crate::stats::{self, Samples};
+use crate::stats::{self, Samples, Slice};
 use crate::target::{Engine, Target};
 
 /// One line of the table: one operation kind of one row.
@@ -77,10 +77,50 @@ impl Row {
         }
     }
 
+    /// The rows of a finished row's slices: one per operation, plus `all`
+    /// when there are several.
+    pub fn from_slice(scenario: &str, clients: usize, slice: Slice) -> Vec<Row> {
+        let mut rows = Vec::new();
+        let mut total = Samples::default();
+        let several = slice.ops.len() > 1;
+        for (op, samples) in slice.ops {
+            if several {
+                total.merge(samples.clone());
+            }
+            rows.push(Row::new(scenario, clients, op, samples, slice.seconds));
+        }
+        if several {
+            rows.push(Row::new(scenario, clients, "all", total, slice.seconds));
+        }
+        for row in &mut rows {
+            row.server_rss_peak_mib = slice.rss_peak_mib;
+            row.server_cpu_pct = slice.server_cpu_s.map(|c| 100.0 * c / slice.seconds);
+            row.host_cpu_pct = slice
+                .host_ticks
+                .filter(|(_, total)| *total > 0)
+                .map(|(busy, total)| 100.0 * busy as f64 / total as f64);
+        }
+        rows
+    }
+
     fn is_baseline(&self) -> bool {
-        self.scenario == "baseline"
+        self.scenario.ends_with("baseline")
+    }
+
+    /// The baseline scenario this row's ratio is taken against.
+    fn baseline_scenario(&self) -> &'static str {
+        if self.scenario == "mix" {
+            BASELINE
+        } else {
+            BAR_BASELINE
+        }
     }
 }
+
+/// Scenario of the baseline rows interleaved with the mixed rows.
+pub const BASELINE: &str = "baseline";
+/// Scenario of the baseline rows interleaved with the bar rows.
+pub const BAR_BASELINE: &str = "bar baseline";
 
 /// A bar of quality.md and whether this run shows it holding.
 #[derive(Debug, Clone, Serialize)]
@@ -102,7 +142,9 @@ pub struct Bench {
     pub database: String,
     /// Measured seconds per row.
     pub seconds: f64,
-    /// Warm-up seconds per row.
+    /// Slices per row (rows of a group alternate slice by slice).
+    pub slices: u32,
+    /// Warm-up seconds per slice.
     pub warmup: f64,
     /// The mix of the mixed rows.
     pub mix: String,
@@ -136,6 +178,7 @@ impl Bench {
             },
             database: target.description.clone(),
             seconds: args.seconds,
+            slices: args.slices,
             warmup: args.warmup,
             mix: args.mix.to_string(),
             repositories: args.repos,
@@ -162,8 +205,8 @@ impl Bench {
                 ));
             }
             eprintln!(
-                "writ-bench:   {:<18} {:>8.0}/s  p50 {:.2} ms  p99 {:.2} ms  errors {}",
-                row.op, row.per_s, row.p50_ms, row.p99_ms, row.errors
+                "writ-bench:   {:<12} N={:<3} {:<16} {:>8.0}/s  p50 {:.2} ms  p99 {:.2} ms  errors {}",
+                row.scenario, row.clients, row.op, row.per_s, row.p50_ms, row.p99_ms, row.errors
             );
             self.rows.push(row);
         }
@@ -228,16 +271,17 @@ impl Bench {
     /// Writ rows against the baseline at the same N: submissions against
     /// T_submit, grant reads against the SQL read.
     fn ratios(&mut self) {
-        let baseline = |rows: &[Row], op: &str, n: usize| {
+        let baseline = |rows: &[Row], scenario: &str, op: &str, n: usize| {
             rows.iter()
-                .find(|r| r.is_baseline() && r.op == op && r.clients == n)
+                .find(|r| r.scenario == scenario && r.op == op && r.clients == n)
                 .map(|r| r.per_s)
         };
         let snapshot = self.rows.clone();
         for row in self.rows.iter_mut().filter(|r| !r.is_baseline()) {
+            let scenario = row.baseline_scenario();
             let base = match row.op.as_str() {
-                "new submit" => baseline(&snapshot, "T_submit", row.clients),
-                "grant read" => baseline(&snapshot, "grant read (SQL)", row.clients),
+                "new submit" => baseline(&snapshot, scenario, "T_submit", row.clients),
+                "grant read" => baseline(&snapshot, scenario, "grant read (SQL)", row.clients),
                 _ => None,
             };
             row.baseline_per_s = base;
@@ -249,10 +293,11 @@ impl Bench {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "\n## writ-bench: {} ({}); {} s per row after {} s warm-up; mix {}; {} CPUs, load {:.2} → {:.2}\n",
+            "\n## writ-bench: {} ({}); {} s per row in {} interleaved slices, {} s warm-up each; mix {}; {} CPUs, load {:.2} → {:.2}\n",
             self.engine,
             self.database,
             self.seconds,
+            self.slices,
             self.warmup,
             self.mix,
             self.cpus,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Latencies (microseconds) and errors of one operation kind.
 #[derive(Debug, Default, Clone)]
@@ -108,10 +108,9 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
-/// CPU use over a measured window: of the server process and of the machine.
+/// CPU time over a measured window: of the server process and of the machine.
 pub struct CpuWindow {
     pid: Option<u32>,
-    started: Instant,
     server0: Option<f64>,
     host0: Option<(u64, u64)>,
 }
@@ -121,26 +120,67 @@ impl CpuWindow {
     pub fn start(pid: Option<u32>) -> CpuWindow {
         CpuWindow {
             pid,
-            started: Instant::now(),
             server0: pid.and_then(process_cpu_seconds),
             host0: host_cpu_ticks(),
         }
     }
 
-    /// (server CPU in % of one core, machine busy in % of all cores).
-    pub fn finish(&self) -> (Option<f64>, Option<f64>) {
-        let wall = self.started.elapsed().as_secs_f64();
+    /// (server CPU seconds, machine (busy, total) ticks) since the start.
+    pub fn finish(&self) -> (Option<f64>, Option<(u64, u64)>) {
         let server = match (self.pid.and_then(process_cpu_seconds), self.server0) {
-            (Some(b), Some(a)) if wall > 0.0 => Some(100.0 * (b - a) / wall),
+            (Some(b), Some(a)) => Some(b - a),
             _ => None,
         };
         let host = match (host_cpu_ticks(), self.host0) {
-            (Some((b1, t1)), Some((b0, t0))) if t1 > t0 => {
-                Some(100.0 * (b1 - b0) as f64 / (t1 - t0) as f64)
-            }
+            (Some((b1, t1)), Some((b0, t0))) => Some((b1 - b0, t1 - t0)),
             _ => None,
         };
         (server, host)
+    }
+}
+
+/// What one measured slice of a row saw; slices of a row add up.
+#[derive(Debug, Clone, Default)]
+pub struct Slice {
+    /// Samples per operation label, in a stable order.
+    pub ops: Vec<(&'static str, Samples)>,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// Server CPU seconds (server rows).
+    pub server_cpu_s: Option<f64>,
+    /// Machine (busy, total) CPU ticks.
+    pub host_ticks: Option<(u64, u64)>,
+    /// Peak server RSS (server rows).
+    pub rss_peak_mib: Option<f64>,
+}
+
+impl Slice {
+    /// Adds a later slice of the same row.
+    pub fn merge(&mut self, other: Slice) {
+        for (label, samples) in other.ops {
+            match self.ops.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, mine)) => mine.merge(samples),
+                None => self.ops.push((label, samples)),
+            }
+        }
+        self.seconds += other.seconds;
+        self.server_cpu_s = match (self.server_cpu_s, other.server_cpu_s) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.host_ticks = match (self.host_ticks, other.host_ticks) {
+            (Some(a), Some(b)) => Some((a.0 + b.0, a.1 + b.1)),
+            (a, b) => a.or(b),
+        };
+        self.rss_peak_mib = match (self.rss_peak_mib, other.rss_peak_mib) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Unexpected outcomes over all operations.
+    pub fn errors(&self) -> u64 {
+        self.ops.iter().map(|(_, s)| s.errors).sum()
     }
 }
 
