@@ -23,7 +23,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use crate::load::{ISSUE_BODY, Window, issue_title, request_key};
+use crate::load::{ISSUE_BODY, MAX_ERRORS, Window, issue_title, request_key};
 use crate::stats::{CpuWindow, Samples, Slice};
 use crate::target::{Engine, Target};
 
@@ -395,7 +395,12 @@ async fn drive(pool: Pool, g: Grant, kind: Kind, warm_end: Instant, deadline: In
         match result {
             Ok(()) if t0 >= warm_end && t1 <= deadline => samples.record(t1 - t0),
             Ok(()) => {}
-            Err(e) => samples.error(format!("{kind:?}: {e:#}")),
+            Err(e) => {
+                samples.error(format!("{kind:?}: {e:#}"));
+                if samples.errors >= MAX_ERRORS {
+                    break;
+                }
+            }
         }
     }
     samples

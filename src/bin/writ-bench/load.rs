@@ -252,7 +252,7 @@ impl BotClient {
             (None, _) => self.http.get(format!("{base}{}", self.list_url)),
         };
         let result = match req.header(AUTHORIZATION, self.auth.clone()).send().await {
-            Err(e) => Err(format!("{}: transport error: {e}", op.label())),
+            Err(e) => Err(format!("{}: transport error: {}", op.label(), chain(&e))),
             Ok(resp) => {
                 let status = resp.status();
                 match resp.bytes().await {
@@ -280,6 +280,21 @@ impl BotClient {
     }
 }
 
+/// An error with its causes ("error sending request: … : Connection refused").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+/// A client stops after this many unexpected outcomes in one slice (the run
+/// stops after the slice anyway; this keeps a dead server from being spun on).
+pub const MAX_ERRORS: u64 = 20;
+
 /// Drives one client until `deadline`; samples of requests wholly inside
 /// `[warm_end, deadline]`, errors of all.
 async fn drive(
@@ -299,7 +314,12 @@ async fn drive(
         match result {
             Ok(()) if t0 >= warm_end && t1 <= deadline => s.record(t1 - t0),
             Ok(()) => {}
-            Err(e) => s.error(e),
+            Err(e) => {
+                s.error(e);
+                if samples.iter().map(|s| s.errors).sum::<u64>() >= MAX_ERRORS {
+                    break;
+                }
+            }
         }
     }
     (bot, samples)

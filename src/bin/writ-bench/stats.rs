@@ -27,7 +27,7 @@ impl Samples {
     /// Records one unexpected outcome.
     pub fn error(&mut self, what: String) {
         self.errors += 1;
-        if self.error_samples.len() < 5 {
+        if self.error_samples.len() < 5 && !self.error_samples.contains(&what) {
             self.error_samples.push(what);
         }
     }
@@ -37,7 +37,7 @@ impl Samples {
         self.latencies_us.extend(other.latencies_us);
         self.errors += other.errors;
         for s in other.error_samples {
-            if self.error_samples.len() < 5 {
+            if self.error_samples.len() < 5 && !self.error_samples.contains(&s) {
                 self.error_samples.push(s);
             }
         }
