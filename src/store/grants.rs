@@ -124,11 +124,16 @@ fn select_grant() -> SelectStatement {
         .from_as(AdmissionEvaluations::Table, "e2")
         .and_where(Expr::col(("e2", AdmissionEvaluations::GrantId)).equals((g, Grants::Id)))
         .to_owned();
+    // `le.grant_id = grants.id` is implied by the subquery, but stated it
+    // lets the engine probe the grant's evaluations by index instead of
+    // testing every evaluation against the subquery (PostgreSQL did).
     q.join_as(
         JoinType::LeftJoin,
         AdmissionEvaluations::Table,
         "le",
-        Expr::col(("le", AdmissionEvaluations::Id)).in_subquery(latest),
+        Cond::all()
+            .add(Expr::col(("le", AdmissionEvaluations::GrantId)).equals((g, Grants::Id)))
+            .add(Expr::col(("le", AdmissionEvaluations::Id)).in_subquery(latest)),
     );
     q
 }
