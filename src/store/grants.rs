@@ -45,7 +45,7 @@ pub struct GrantRow {
     pub admission_evaluated_at: Option<String>,
 }
 
-fn select_grant() -> SelectStatement {
+pub(super) fn select_grant() -> SelectStatement {
     let g = Grants::Table;
     let mut q = Query::select();
     q.columns([
@@ -210,22 +210,8 @@ fn filter_condition(f: &GrantFilter<'_>) -> Cond {
     cond.add(Expr::col((Grants::Table, Grants::State)).is_in(f.states.iter().copied()))
 }
 
-/// Counts the grants a filter matches.
-pub async fn count_grants(tx: &mut Tx, f: &GrantFilter<'_>) -> StoreResult<i64> {
-    let q = Query::select()
-        .expr(Expr::col((Grants::Table, Grants::Id)).count())
-        .from(Grants::Table)
-        .inner_join(
-            Repositories::Table,
-            Expr::col((Repositories::Table, Repositories::Id))
-                .equals((Grants::Table, Grants::RepositoryId)),
-        )
-        .cond_where(filter_condition(f))
-        .to_owned();
-    Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
-}
-
-/// One page of the grants a filter matches, by id ascending.
+/// Rows of the grants a filter matches, by id ascending, without a total
+/// (the dashboard); a counted page is [`super::grant_pages::list_page`].
 pub async fn list_grants(
     tx: &mut Tx,
     f: &GrantFilter<'_>,

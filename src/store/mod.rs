@@ -3,6 +3,7 @@
 //! from the database URL; rows decode through `sqlx::FromRow` on both.
 
 pub mod admission;
+pub mod grant_pages;
 pub mod grants;
 pub mod issues;
 pub mod policy;
