@@ -10,15 +10,18 @@ For each size N (default 1000, 10000, 100000), on a fresh database:
    POST), so the row has exactly the shape the product writes (state
    ``awaiting_agent``, its proposal and digest);
 3. N - 1 copies of that row bulk-inserted with SQL (``INSERT ... SELECT``, new
-   ids, same agent and repository): a measurement fixture, not a product path;
-   then ``ANALYZE`` (PostgreSQL: ``VACUUM ANALYZE``, what autovacuum would do
-   after such an insert; SQLite: ``ANALYZE`` only with ``--sqlite-analyze``,
-   since Writ never runs it);
+   ids, same agent and repository; with ``--mixed-states`` spread over
+   ``awaiting_agent``, ``awaiting_human`` and ``active``): a measurement
+   fixture, not a product path (the ``grant_counts`` triggers count the
+   copies as they count any insert); then ``ANALYZE`` (PostgreSQL:
+   ``VACUUM ANALYZE``, what autovacuum would do after such an insert; SQLite:
+   ``ANALYZE`` only with ``--sqlite-analyze``, since Writ never runs it);
 4. the release server is started on the database, warmed up, and
    ``GET /api/v1/agent-work-grants?page=P&limit=50`` is timed for the first page
-   and the last page (P = ceil(N / 50)), ``--requests`` times each, sequentially,
-   over one keep-alive connection. Each response is checked (200, X-Total-Count
-   = N, the expected number of items, ids ascending).
+   and the last page (P = ceil(N / 50)), and with ``--middle`` the middle page
+   (P = ceil(last / 2), not on the bar), ``--requests`` times each,
+   sequentially, over one keep-alive connection. Each response is checked
+   (200, X-Total-Count = N, the expected number of items, ids ascending).
 
 Prints one table per backend: median and p95 per request, requests/s, and the
 ratio of the median and p95 to the smallest size's. ``--json FILE`` writes the
@@ -30,6 +33,7 @@ and ``--max-seconds`` of timing per page, whichever ends first.
     scripts/pagination_scaling.py                       # SQLite, 1k/10k/100k
     scripts/pagination_scaling.py --backend postgres    # PostgreSQL at 127.0.0.1:5432
     scripts/pagination_scaling.py --sizes 1000,100000 --requests 100
+    scripts/pagination_scaling.py --middle --mixed-states
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ import harness_lib as h  # noqa: E402
 
 LIMIT = 50
 BOT = "pager-bot"
+
+# The states the default list shows; --mixed-states spreads the copies over them.
+OPEN_STATES = ("awaiting_agent", "awaiting_human", "active")
 
 # Every column of `grants` but `id`: the copies take the template's values.
 GRANT_COLUMNS = [
@@ -115,9 +122,15 @@ def create_fixtures(binary: str, db: h.Database) -> tuple[str, int]:
     return token, int(user["id"])
 
 
-def bulk_insert(db: h.Database, template_id: int, copies: int, analyze_sqlite: bool) -> float:
-    """Inserts `copies` copies of grant `template_id` (new ids); returns seconds taken."""
+def bulk_insert(db: h.Database, template_id: int, copies: int, analyze_sqlite: bool,
+                mixed_states: bool) -> float:
+    """Inserts `copies` copies of grant `template_id` (new ids); returns seconds taken.
+    With `mixed_states`, copy i takes state OPEN_STATES[i % 3]."""
     cols = ", ".join(GRANT_COLUMNS)
+    values = cols
+    if mixed_states:
+        cases = " ".join(f"WHEN {k} THEN '{state}'" for k, state in enumerate(OPEN_STATES))
+        values = cols.replace("state, ", f"CASE {{i}} % 3 {cases} END, ", 1)
     t0 = time.monotonic()
     if db.backend == "sqlite":
         con = sqlite3.connect(str(db.sqlite_path), timeout=60)
@@ -126,7 +139,7 @@ def bulk_insert(db: h.Database, template_id: int, copies: int, analyze_sqlite: b
             with con:
                 con.execute(
                     f"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
-                    f"INSERT INTO grants ({cols}) SELECT {cols} FROM grants, n "
+                    f"INSERT INTO grants ({cols}) SELECT {values.format(i='n.i')} FROM grants, n "
                     f"WHERE grants.id = ? ORDER BY n.i",
                     (copies, template_id),
                 )
@@ -137,7 +150,8 @@ def bulk_insert(db: h.Database, template_id: int, copies: int, analyze_sqlite: b
             con.close()
     else:
         h._psql(db.url,
-                f"INSERT INTO grants ({cols}) SELECT {cols} FROM grants, generate_series(1, {copies}) "
+                f"INSERT INTO grants ({cols}) SELECT {values.format(i='i')} "
+                f"FROM grants, generate_series(1, {copies}) AS i "
                 f"WHERE grants.id = {template_id}")
         h._psql(db.url, "VACUUM ANALYZE")
     return time.monotonic() - t0
@@ -200,9 +214,10 @@ def measure_size(args, binary: str, backend: str, size: int) -> dict:
         if int(row["agent_id"]) != bot_id or row["state"] != "awaiting_agent":
             raise RuntimeError(f"template grant {template} is {row}")
 
-        seconds = bulk_insert(db, template, size - 1, args.sqlite_analyze)
+        seconds = bulk_insert(db, template, size - 1, args.sqlite_analyze, args.mixed_states)
+        states = ", ".join(f"'{state}'" for state in OPEN_STATES)
         count = int(db.scalar(f"SELECT count(*) AS n FROM grants WHERE agent_id = {bot_id} "
-                              f"AND state = 'awaiting_agent'"))
+                              f"AND state IN ({states})"))
         if count != size:
             raise RuntimeError(f"{count} grants after the bulk insert, expected {size}")
         h.log(f"{backend} N={size}: template grant {template}, {size - 1} copies in {seconds:.1f}s")
@@ -211,25 +226,30 @@ def measure_size(args, binary: str, backend: str, size: int) -> dict:
         if not ok:
             raise RuntimeError(f"server did not restart: {detail}")
         last = math.ceil(size / LIMIT)
+        pages = {"first": 1, "last": last}
+        if args.middle:
+            pages["middle"] = math.ceil(last / 2)
         client = KeepAlive(server.port, token)
+        timed = {}
         try:
-            for page in (1, last):  # warm-up: caches, prepared statements, pool connections
+            for page in pages.values():  # warm-up: caches, prepared statements, pool connections
                 for _ in range(args.warmup):
                     status, _, body, _ = client.get(f"/api/v1/agent-work-grants?page={page}&limit={LIMIT}")
                     if status != 200:
                         raise RuntimeError(f"warm-up page {page}: {status} {body[:300]!r}")
-            first_r = time_page(client, 1, size, args.requests, args.max_seconds, bot_id)
-            last_r = time_page(client, last, size, args.requests, args.max_seconds, bot_id)
+            for which, page in pages.items():
+                timed[which] = time_page(client, page, size, args.requests, args.max_seconds,
+                                         bot_id)
         finally:
             client.close()
         problems = server.problems()
         server.stop()
         if problems:
             raise RuntimeError(f"server log shows errors: {problems[:3]}")
-        h.log(f"{backend} N={size}: first {first_r['median_ms']:.2f} ms, "
-              f"last (page {last}) {last_r['median_ms']:.2f} ms (medians); "
-              f"{client.reconnects} reconnects")
-        return {"size": size, "first": first_r, "last": last_r, "reconnects": client.reconnects}
+        h.log(f"{backend} N={size}: " + ", ".join(
+            f"{which} (page {r['page']}) {r['median_ms']:.2f} ms" for which, r in timed.items())
+            + f" (medians); {client.reconnects} reconnects")
+        return {"size": size, **timed, "reconnects": client.reconnects}
     finally:
         if server is not None:
             try:
@@ -255,7 +275,9 @@ def print_table(backend: str, results: list[dict], bar: float) -> bool:
           f"{'median ×':>9} {'p95 ×':>7}")
     holds = True
     for r in results:
-        for which in ("first", "last"):
+        for which in ("first", "middle", "last"):
+            if which not in r:
+                continue
             m = r[which]
             b = base[which]
             rm, rp = m["median_ms"] / b["median_ms"], m["p95_ms"] / b["p95_ms"]
@@ -289,6 +311,10 @@ def main() -> None:
                    help="stop timing a page after this long (90)")
     p.add_argument("--sqlite-analyze", action="store_true",
                    help="run ANALYZE on SQLite after the bulk insert (Writ never does)")
+    p.add_argument("--middle", action="store_true",
+                   help="also time the middle page (not on the bar)")
+    p.add_argument("--mixed-states", action="store_true",
+                   help="spread the copies over awaiting_agent, awaiting_human and active")
     p.add_argument("--bar", type=float, default=2.0, help="allowed cost ratio (2.0)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--keep", action="store_true", help="keep run directories and databases")
@@ -312,7 +338,8 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"backend": args.backend, "limit": LIMIT, "bar": args.bar, "holds": holds,
-             "sqlite_analyze": args.sqlite_analyze, "results": results}, indent=2))
+             "sqlite_analyze": args.sqlite_analyze, "mixed_states": args.mixed_states,
+             "results": results}, indent=2))
     sys.exit(0 if holds else 1)
 
 
