@@ -14,7 +14,7 @@ use crate::domain::scope::Scope;
 use crate::domain::time::Timestamp;
 use crate::store::grants::{self, GrantFilter, GrantRow, NewGrantEvent};
 use crate::store::schema::Grants;
-use crate::store::{Tx, repos};
+use crate::store::{Tx, grant_pages, repos};
 
 /// The proposal triple a bot repeats to confirm or submit.
 #[derive(Debug, Clone)]
@@ -91,19 +91,18 @@ pub async fn list(ctx: &Ctx, caller: &Caller, params: &ListParams) -> Result<Pag
         repository_ids: limited_ids.as_deref(),
         states: &params.states,
     };
-    let total = grants::count_grants(&mut tx, &filter).await?;
+    let count = grant_pages::count_grants(&mut tx, &filter).await?;
     let offset = (params.page - 1).saturating_mul(params.limit);
-    let rows = if (offset as i128) < total as i128 {
-        grants::list_grants(&mut tx, &filter, params.limit, offset).await?
-    } else {
-        Vec::new()
-    };
+    let rows = grant_pages::list_page(&mut tx, &filter, &count, params.limit, offset).await?;
     tx.commit().await?;
     let items = rows
         .iter()
         .map(GrantView::from_row)
         .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(Page { items, total })
+    Ok(Page {
+        items,
+        total: count.total,
+    })
 }
 
 async fn resolve_repo_ids(tx: &mut Tx, names: &[String]) -> Result<Vec<i64>> {

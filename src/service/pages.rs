@@ -10,8 +10,8 @@ use crate::domain::access::Permission;
 use crate::domain::grant::{GrantState, HumanEvent, human_transition};
 use crate::domain::ids::GrantId;
 use crate::store::grants::{self, GrantEventRow, GrantFilter};
-use crate::store::principals;
 use crate::store::repos::{self, RepoRow};
+use crate::store::{grant_pages, principals};
 
 /// The dashboard: what waits for me, what I issued, where I work.
 pub struct Dashboard {
@@ -106,16 +106,16 @@ pub async fn repo_grants(
         repository_ids: None,
         states,
     };
-    let total = grants::count_grants(&mut tx, &filter).await?;
-    let rows =
-        grants::list_grants(&mut tx, &filter, limit, (page - 1).saturating_mul(limit)).await?;
+    let count = grant_pages::count_grants(&mut tx, &filter).await?;
+    let offset = (page - 1).saturating_mul(limit);
+    let rows = grant_pages::list_page(&mut tx, &filter, &count, limit, offset).await?;
     tx.commit().await?;
     Ok(RepoGrants {
         repo,
         perm,
         page: Page {
             items: views(&rows)?,
-            total,
+            total: count.total,
         },
     })
 }

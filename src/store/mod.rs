@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod audit;
 pub mod batch;
+pub mod grant_pages;
 pub mod grants;
 pub mod issues;
 pub mod policy;

@@ -78,6 +78,16 @@ pub enum Grants {
     RevokeReason,
 }
 
+/// `grant_counts`: grants per (agent, repository, state), kept by triggers.
+#[derive(Iden, Clone, Copy)]
+pub enum GrantCounts {
+    Table,
+    AgentId,
+    RepositoryId,
+    State,
+    N,
+}
+
 /// `grant_events`
 #[derive(Iden, Clone, Copy)]
 pub enum GrantEvents {

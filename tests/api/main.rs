@@ -55,6 +55,7 @@ mod errors;
 mod forms;
 mod issue_page;
 mod issues;
+mod list_counts;
 mod matrix;
 mod mcp;
 mod mcp_stdio;

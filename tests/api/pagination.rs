@@ -41,7 +41,7 @@ fn query_param(url: &str, name: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
-async fn list(app: &TestApp, token: &str, query: &str) -> Resp {
+pub async fn list(app: &TestApp, token: &str, query: &str) -> Resp {
     let path = if query.is_empty() {
         LIST.to_owned()
     } else {
@@ -52,7 +52,7 @@ async fn list(app: &TestApp, token: &str, query: &str) -> Resp {
 
 /// The ids of a 200 list page, with its total.
 #[track_caller]
-fn page(resp: &Resp) -> (Vec<i64>, u64) {
+pub fn page(resp: &Resp) -> (Vec<i64>, u64) {
     resp.assert_status(200);
     let total = resp
         .header("x-total-count")
