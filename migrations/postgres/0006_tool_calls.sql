@@ -72,7 +72,7 @@ SELECT
     c.rpc_id        AS rpc_id,
     c.request_id    AS request_id,
     c.arg_names     AS arg_names,
-    c.native_status AS native_status,
+    CAST(c.native_status AS BIGINT) AS native_status,
     c.error_code    AS error_code,
     c.completed_at  AS completed_at
 FROM tool_calls c;

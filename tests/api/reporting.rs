@@ -18,6 +18,25 @@ const RECEIPTS: &str = "report_receipts_v1";
 const GRANTS: &str = "report_grants_v1";
 
 /// The columns `spec/reporting.md` requires ("at least"), in its order.
+const TOOL_CALLS: &str = "report_tool_calls_v1";
+
+/// The audit record's fields (mcp-and-policy.md "Audit"), in the view.
+const TOOL_CALLS_SPEC: &[&str] = &[
+    "called_at",
+    "via",
+    "agent_login",
+    "token_id",
+    "tool",
+    "repository",
+    "decision",
+    "matched_grant",
+    "reason",
+    "rpc_id",
+    "arg_names",
+    "native_status",
+    "error_code",
+];
+
 const RECEIPTS_SPEC: &[&str] = &[
     "grant_id",
     "request_key",
@@ -484,6 +503,12 @@ async fn views_match_the_documented_contract(app: TestApp) {
     for (view, spec, name, order) in [
         (RECEIPTS, RECEIPTS_SPEC, "receipts", RECEIPTS_ORDER),
         (GRANTS, GRANTS_SPEC, "grants", "grant_id"),
+        (
+            TOOL_CALLS,
+            TOOL_CALLS_SPEC,
+            "tool-calls",
+            "report_tool_calls_v1.call_id",
+        ),
     ] {
         // Columns: the documented names in the documented order.
         let documented = documented_columns(view);
@@ -547,7 +572,7 @@ async fn views_match_the_documented_contract(app: TestApp) {
             .text_rows("SELECT rolcanlogin::text FROM pg_roles WHERE rolname = 'writ_reporting'")
             .await;
         assert_eq!(role, vec![vec![Some("false".to_owned())]], "NOLOGIN role");
-        for view in [RECEIPTS, GRANTS] {
+        for view in [RECEIPTS, GRANTS, TOOL_CALLS] {
             for (privilege, expected) in [
                 ("SELECT", "true"),
                 ("INSERT", "false"),
