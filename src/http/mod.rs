@@ -40,6 +40,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route("/metrics", get(move || async move { metrics.render() }))
         .route("/docs/errors", get(error_docs))
         .fallback(not_found)
+        .layer(middleware::from_fn(run_to_completion))
         .layer(middleware::from_fn(log_internal_errors))
         .layer(middleware::from_fn(record_metrics))
         .layer(CatchPanicLayer::custom(|_| {
@@ -138,6 +139,29 @@ async fn record_metrics(req: Request, next: Next) -> Response {
     metrics::histogram!("http_request_duration_seconds", &labels)
         .record(start.elapsed().as_secs_f64());
     response
+}
+
+/// Runs every handler to completion in its own task, even when the client
+/// goes away: a transaction is never abandoned half-way by a dropped
+/// future (which could hand a pooled connection back still inside its
+/// `BEGIN`, as sqlx does when `begin_with` is cancelled at the wrong
+/// moment), and a write that started is committed or rolled back by its own
+/// code. A panic in the task becomes the same 500 as the panic catcher's.
+async fn run_to_completion(req: Request, next: Next) -> Response {
+    let span = tracing::Span::current();
+    let task = tokio::spawn(tracing::Instrument::instrument(next.run(req), span));
+    match task.await {
+        Ok(response) => response,
+        Err(e) => error::ApiError(crate::service::Error::Internal(anyhow::anyhow!(
+            "handler task failed: {}",
+            if e.is_panic() {
+                "panicked"
+            } else {
+                "cancelled"
+            }
+        )))
+        .into_response(),
+    }
 }
 
 /// Logs an internal error once, with the request id, and answers only
