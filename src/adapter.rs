@@ -28,6 +28,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 
+use crate::domain::text::printable;
 use crate::domain::tools::{self, Input, Target, Tool, TripleArgs};
 use crate::http::mcp::{PROTOCOL_VERSIONS, definition};
 
@@ -355,11 +356,6 @@ fn error_result(code: &str, message: String, extra: Map<String, Value>) -> CallT
     CallToolResult::structured_error(Value::Object(value))
 }
 
-/// A printable, bounded copy of upstream text (never raw bytes).
-fn clean(text: &str, max: usize) -> String {
-    text.chars().filter(|c| !c.is_control()).take(max).collect()
-}
-
 /// The upstream's own error answer (4xx with `{code, message}`), if it is a
 /// well-formed one; only its validated code and a bounded message are kept.
 fn native_error(status: StatusCode, body: &[u8]) -> Option<CallToolResult> {
@@ -377,7 +373,7 @@ fn native_error(status: StatusCode, body: &[u8]) -> Option<CallToolResult> {
     let message = value
         .get("message")
         .and_then(Value::as_str)
-        .map(|m| clean(m, 512))
+        .map(|m| printable(m, 512))
         .unwrap_or_default();
     let mut extra = Map::new();
     extra.insert("native_status".into(), status.as_u16().into());
@@ -507,7 +503,7 @@ fn delivery_uncertain(
         "readback".into(),
         json!({"tool": readback_tool.name(), "arguments": arguments}),
     );
-    error_result("delivery_uncertain", clean(&instruction, 1024), extra)
+    error_result("delivery_uncertain", printable(&instruction, 1024), extra)
 }
 
 const STATES: [&str; 4] = ["awaiting_agent", "awaiting_human", "active", "revoked"];
@@ -651,7 +647,7 @@ impl ServerHandler for Adapter {
         let Some(tool) = Tool::parse(&request.name) else {
             return Ok(error_result(
                 "unknown_tool",
-                format!("no tool named {}", clean(&request.name, 64)),
+                format!("no tool named {}", printable(&request.name, 64)),
                 Map::new(),
             )
             .into());

@@ -28,6 +28,15 @@ pub fn check_text(text: &str, max_bytes: usize) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// A copy of `text` fit to be recorded or shown: control characters removed,
+/// at most `max_chars` characters.
+pub fn printable(text: &str, max_chars: usize) -> String {
+    text.chars()
+        .filter(|c| !c.is_control())
+        .take(max_chars)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,7 @@ use serde_json::{Map, Value, json};
 use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::policy::Decision;
 use crate::domain::scope::Scope;
+use crate::domain::text::printable;
 use crate::domain::tools::{self, Input, Tool};
 use crate::http::api::agent::GrantEnvelope;
 use crate::http::api::submissions::ReceiptEnvelope;
@@ -74,17 +75,12 @@ fn allowed_hosts(ctx: &Ctx) -> Vec<String> {
         .into_iter()
         .map(str::to_owned)
         .collect();
-    let base = ctx.config.public_base();
-    if let Some(host) = base
-        .split_once("://")
-        .map(|(_, rest)| rest.split('/').next().unwrap_or(rest))
-        .filter(|h| !h.is_empty())
+    if let Ok(url) = reqwest::Url::parse(&ctx.config.public_base())
+        && let Some(host) = url.host_str()
     {
         hosts.push(host.to_owned());
-        if let Some((name, _port)) = host.rsplit_once(':')
-            && !name.ends_with(']')
-        {
-            hosts.push(name.to_owned());
+        if let Some(port) = url.port() {
+            hosts.push(format!("{host}:{port}"));
         }
     }
     if let Some(bind) = ctx.config.bind.split(':').next()
@@ -379,14 +375,8 @@ fn denied(
         Decision::Deny(denial) => *denial,
         Decision::Allow { .. } => crate::domain::policy::Denial::UnknownTool,
     };
-    let tool: String = tool.chars().filter(|c| !c.is_control()).take(64).collect();
-    let repository = repository.map(|r| {
-        r.full_name()
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(200)
-            .collect::<String>()
-    });
+    let tool = printable(tool, 64);
+    let repository = repository.map(|r| printable(&r.full_name(), 200));
     let on = repository
         .as_deref()
         .map(|r| format!("on {r}"))

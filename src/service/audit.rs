@@ -10,6 +10,7 @@ use super::auth::Caller;
 use super::policy::{self, Check};
 use super::{Ctx, Error, Result, now};
 use crate::domain::policy::Decision;
+use crate::domain::text::printable;
 use crate::domain::tools::{Tool, argument_names};
 use crate::store::Tx;
 use crate::store::audit::{self as store, NewCall};
@@ -50,10 +51,6 @@ fn fail_closed(err: impl Into<anyhow::Error>) -> Error {
     Error::AuditUnavailable(err.into())
 }
 
-fn bounded(text: &str, max: usize) -> String {
-    text.chars().filter(|c| !c.is_control()).take(max).collect()
-}
-
 async fn insert(
     tx: &mut Tx,
     caller: &Caller,
@@ -66,15 +63,15 @@ async fn insert(
     let repository = check
         .repository
         .as_ref()
-        .map(|r| bounded(&r.full_name(), 256));
+        .map(|r| printable(&r.full_name(), 256));
     let (decision, matched, reason) = match (&check.decision, via) {
         (Decision::Allow { grant_id }, Via::Mcp) => ("allow", Some(grant_id.as_str()), "granted"),
         (Decision::Allow { .. }, Via::Api) => ("allow", None, "native_api"),
         (Decision::Deny(denial), _) => ("deny", None, denial.code()),
     };
-    let tool = bounded(call.tool, 64);
-    let rpc_id = call.rpc_id.as_deref().map(|r| bounded(r, 128));
-    let request_id = call.request_id.as_deref().map(|r| bounded(r, 128));
+    let tool = printable(call.tool, 64);
+    let rpc_id = call.rpc_id.as_deref().map(|r| printable(r, 128));
+    let request_id = call.request_id.as_deref().map(|r| printable(r, 128));
     let at = now().to_text();
     store::insert_call(
         tx,
