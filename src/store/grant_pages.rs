@@ -6,10 +6,10 @@
 
 use std::collections::BTreeSet;
 
-use sea_query::{Cond, Expr, ExprTrait, Order, Query, SelectStatement, UnionType};
+use sea_query::{Expr, ExprTrait, Order, Query, SelectStatement, UnionType};
 
-use super::grants::{GrantFilter, GrantRow, select_grant};
-use super::schema::{Collaborators, GrantCounts, Grants, Repositories};
+use super::grants::{GrantFilter, GrantRow, repository_condition, select_grant};
+use super::schema::{GrantCounts, Grants, Repositories};
 use super::{StoreError, StoreResult, Tx};
 
 /// How many grants a filter matches, and where they are: what a page of
@@ -40,37 +40,6 @@ struct CountRow {
     state: String,
     n: i64,
     visible: bool,
-}
-
-/// What the filter asks of the repository itself (read access, the token's
-/// reducers), over the `repositories` table; `None` when nothing.
-fn repository_condition(f: &GrantFilter<'_>) -> Option<Cond> {
-    let mut cond = Cond::all();
-    let mut any = false;
-    if let Some(user) = f.readable_by {
-        let member = Query::select()
-            .column(Collaborators::RepositoryId)
-            .from(Collaborators::Table)
-            .and_where(Expr::col(Collaborators::UserId).eq(user))
-            .to_owned();
-        cond = cond.add(
-            Cond::any()
-                .add(Expr::col((Repositories::Table, Repositories::Private)).eq(false))
-                .add(Expr::col((Repositories::Table, Repositories::OwnerId)).eq(user))
-                .add(Expr::col((Repositories::Table, Repositories::Id)).in_subquery(member)),
-        );
-        any = true;
-    }
-    if f.public_only {
-        cond = cond.add(Expr::col((Repositories::Table, Repositories::Private)).eq(false));
-        any = true;
-    }
-    if let Some(ids) = f.repository_ids {
-        cond =
-            cond.add(Expr::col((Repositories::Table, Repositories::Id)).is_in(ids.iter().copied()));
-        any = true;
-    }
-    any.then_some(cond)
 }
 
 /// Counts the grants a filter matches from `grant_counts`, in the

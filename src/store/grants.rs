@@ -176,6 +176,37 @@ pub struct GrantFilter<'a> {
     pub states: &'a [&'a str],
 }
 
+/// What the filter asks of the repository itself (read access, the token's
+/// reducers), over the `repositories` table; `None` when nothing.
+pub(super) fn repository_condition(f: &GrantFilter<'_>) -> Option<Cond> {
+    let mut cond = Cond::all();
+    let mut any = false;
+    if let Some(user) = f.readable_by {
+        let member = Query::select()
+            .column(Collaborators::RepositoryId)
+            .from(Collaborators::Table)
+            .and_where(Expr::col(Collaborators::UserId).eq(user))
+            .to_owned();
+        cond = cond.add(
+            Cond::any()
+                .add(Expr::col((Repositories::Table, Repositories::Private)).eq(false))
+                .add(Expr::col((Repositories::Table, Repositories::OwnerId)).eq(user))
+                .add(Expr::col((Repositories::Table, Repositories::Id)).in_subquery(member)),
+        );
+        any = true;
+    }
+    if f.public_only {
+        cond = cond.add(Expr::col((Repositories::Table, Repositories::Private)).eq(false));
+        any = true;
+    }
+    if let Some(ids) = f.repository_ids {
+        cond =
+            cond.add(Expr::col((Repositories::Table, Repositories::Id)).is_in(ids.iter().copied()));
+        any = true;
+    }
+    any.then_some(cond)
+}
+
 fn filter_condition(f: &GrantFilter<'_>) -> Cond {
     let mut cond = Cond::all();
     if let Some(agent) = f.agent_id {
@@ -187,25 +218,10 @@ fn filter_condition(f: &GrantFilter<'_>) -> Cond {
     if let Some(repo) = f.repository_id {
         cond = cond.add(Expr::col((Grants::Table, Grants::RepositoryId)).eq(repo));
     }
-    if let Some(user) = f.readable_by {
-        let member = Query::select()
-            .column(Collaborators::RepositoryId)
-            .from(Collaborators::Table)
-            .and_where(Expr::col(Collaborators::UserId).eq(user))
-            .to_owned();
-        cond = cond.add(
-            Cond::any()
-                .add(Expr::col((Repositories::Table, Repositories::Private)).eq(false))
-                .add(Expr::col((Repositories::Table, Repositories::OwnerId)).eq(user))
-                .add(Expr::col((Grants::Table, Grants::RepositoryId)).in_subquery(member)),
-        );
-    }
-    if f.public_only {
-        cond = cond.add(Expr::col((Repositories::Table, Repositories::Private)).eq(false));
-    }
-    if let Some(ids) = f.repository_ids {
-        cond =
-            cond.add(Expr::col((Grants::Table, Grants::RepositoryId)).is_in(ids.iter().copied()));
+    // The repository is joined on `grants.repository_id`, so its own
+    // conditions are the ones the counted lists use.
+    if let Some(repository) = repository_condition(f) {
+        cond = cond.add(repository);
     }
     cond.add(Expr::col((Grants::Table, Grants::State)).is_in(f.states.iter().copied()))
 }
