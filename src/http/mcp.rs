@@ -233,8 +233,7 @@ impl ServerHandler for WritMcp {
             Ok(check) => match (check.decision, Tool::parse(&request.name)) {
                 (Decision::Allow { .. }, Some(tool)) => {
                     let outcome = run(&self.ctx, &caller, tool, &args).await;
-                    let recorded = if tool.writes() { None } else { Some(200) };
-                    match audit::finish(&self.ctx, &caller, outcome, recorded).await {
+                    match audit::finish(&self.ctx, &caller, outcome, 200).await {
                         Ok((status, value)) => success(status, value),
                         Err(e) => failure(&e),
                     }

@@ -7,14 +7,16 @@ use crate::store::repos::{self, RepoRow};
 
 /// The user's effective permission on a repository right now.
 pub async fn permission(tx: &mut Tx, repo: &RepoRow, user_id: i64) -> Result<Option<Permission>> {
-    let collaborator = repos::collaborator_permission(tx, repo.id, user_id)
-        .await?
-        .and_then(|p| Permission::parse(&p));
-    Ok(effective_permission(AccessFacts {
+    let collaborator = repos::collaborator_permission(tx, repo.id, user_id).await?;
+    Ok(effective(repo, collaborator.as_deref(), user_id))
+}
+
+fn effective(repo: &RepoRow, collaborator: Option<&str>, user_id: i64) -> Option<Permission> {
+    effective_permission(AccessFacts {
         is_owner: repo.owner_id == user_id,
         private: repo.private,
-        collaborator,
-    }))
+        collaborator: collaborator.and_then(Permission::parse),
+    })
 }
 
 /// The repository `owner/name` if the user can read it now; 404 otherwise,
@@ -25,11 +27,14 @@ pub async fn readable_repo(
     name: &str,
     user_id: i64,
 ) -> Result<(RepoRow, Permission)> {
-    let repo = repos::repo_by_name(tx, owner, name)
+    let found = repos::repo_by_name_for(tx, owner, name, user_id)
         .await?
         .ok_or(Error::NotFound)?;
-    let perm = permission(tx, &repo, user_id)
-        .await?
-        .ok_or(Error::NotFound)?;
-    Ok((repo, perm))
+    let perm = effective(
+        &found.repo,
+        found.collaborator_permission.as_deref(),
+        user_id,
+    )
+    .ok_or(Error::NotFound)?;
+    Ok((found.repo, perm))
 }

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::agent::locate;
 use super::auth::Caller;
-use super::{Ctx, Error, Result, now};
+use super::{Ctx, Error, Result};
 use crate::domain::admission::decide::{Decision, Inputs, McpHealth, Status, evaluate};
 use crate::domain::admission::fs_context::{FsChange, FsHistory};
 use crate::domain::ids::GrantId;
@@ -173,21 +173,22 @@ pub async fn preview_in(ctx: &Ctx, tx: &mut Tx, grant: &GrantRow) -> Result<Pack
 }
 
 /// Evaluates and persists (approval or handoff) inside the caller's
-/// transaction: the snapshot is captured and the evaluation stored with it.
+/// transaction: the snapshot is captured and the evaluation stored with it,
+/// evaluated at `at`.
 pub async fn persist_in(
     ctx: &Ctx,
     tx: &mut Tx,
     grant: &GrantRow,
     phase: Phase,
     actor_id: i64,
+    at: &str,
 ) -> Result<PackageView> {
     let gathered = gather(tx, grant.repository_id).await?;
-    let at = now().to_text();
     let snapshot_id = store::capture_snapshot(
         tx,
         &gathered.snapshot_digest,
         &gathered.snapshot_content,
-        &at,
+        at,
     )
     .await?;
     let mut package = view(ctx, grant, &gathered, phase, Some(snapshot_id), None)?;
@@ -208,7 +209,7 @@ pub async fn persist_in(
             proposal_digest: &grant.proposal_digest,
             decisions: &decisions,
             actor_id,
-            now: &at,
+            now: at,
         },
     )
     .await?;

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::access::readable_repo;
-use super::audit;
+use super::audit::{self, Access};
 use super::auth::Caller;
 use super::view::GrantView;
 use super::{Ctx, Error, Result, now};
@@ -77,7 +77,7 @@ pub struct Page<T> {
 pub async fn list(ctx: &Ctx, caller: &Caller, params: &ListParams) -> Result<Page<GrantView>> {
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository])?;
-    let mut tx = ctx.store.read().await?;
+    let mut tx = audit::open(ctx, caller, Access::Read).await?;
     let limited_ids = match &caller.reducer.repositories {
         Some(names) => Some(resolve_repo_ids(&mut tx, names).await?),
         None => None,
@@ -94,7 +94,8 @@ pub async fn list(ctx: &Ctx, caller: &Caller, params: &ListParams) -> Result<Pag
     let count = grant_pages::count_grants(&mut tx, &filter).await?;
     let offset = (params.page - 1).saturating_mul(params.limit);
     let rows = grant_pages::list_page(&mut tx, &filter, &count, params.limit, offset).await?;
-    tx.commit().await?;
+    audit::complete_in(&mut tx, caller, 200, None).await?;
+    audit::commit(tx, caller).await?;
     let items = rows
         .iter()
         .map(GrantView::from_row)
@@ -134,12 +135,12 @@ pub async fn locate(
             "the token does not reach this repository",
         ));
     }
-    if lock && !grants::lock_grant(tx, id.0).await? {
-        return Err(Error::NotFound);
-    }
-    grants::grant_by_id(tx, id.0)
-        .await?
-        .filter(|g| g.repository_id == repo.id && g.agent_id == caller.user_id)
+    let row = if lock {
+        grants::grant_by_id_locked(tx, id.0).await?
+    } else {
+        grants::grant_by_id(tx, id.0).await?
+    };
+    row.filter(|g| g.repository_id == repo.id && g.agent_id == caller.user_id)
         .ok_or(Error::NotFound)
 }
 
@@ -153,9 +154,10 @@ pub async fn get(
 ) -> Result<GrantView> {
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository])?;
-    let mut tx = ctx.store.read().await?;
+    let mut tx = audit::open(ctx, caller, Access::Read).await?;
     let row = locate(&mut tx, caller, owner, repo, id, false).await?;
-    tx.commit().await?;
+    audit::complete_in(&mut tx, caller, 200, None).await?;
+    audit::commit(tx, caller).await?;
     Ok(GrantView::from_row(&row)?)
 }
 
@@ -185,13 +187,13 @@ pub async fn confirm(
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
     let at = now();
-    let mut tx = ctx.store.write().await?;
+    let mut tx = audit::open(ctx, caller, Access::Write).await?;
     let row = locate(&mut tx, caller, owner, repo, id, true).await?;
     match decide_confirm(&facts(&row)?, &triple.digest, at) {
         Err(refusal) => Err(Error::refused(refusal, GrantView::from_row(&row)?)),
         Ok(ConfirmOutcome::AlreadyConfirmed) => {
             audit::complete_in(&mut tx, caller, 200, None).await?;
-            tx.commit().await?;
+            audit::commit(tx, caller).await?;
             Ok(GrantView::from_row(&row)?)
         }
         Ok(ConfirmOutcome::Transition) => {
@@ -233,7 +235,7 @@ pub async fn confirm(
                 .await?
                 .ok_or(Error::NotFound)?;
             audit::complete_in(&mut tx, caller, 200, None).await?;
-            tx.commit().await?;
+            audit::commit(tx, caller).await?;
             Ok(GrantView::from_row(&updated)?)
         }
     }

@@ -1,10 +1,21 @@
 //! The audit of agent tool calls (MCP `tools/call` and the native agent
-//! routes). A call's record is committed in its own transaction before the
-//! operation runs — for MCP, in the same transaction that makes the policy
-//! decision — so a call whose record cannot be written is refused (fail
-//! closed). The outcome is added once: by a writing use case inside its own
-//! transaction (see [`complete_in`]), otherwise right after the operation.
-//! Only argument names are recorded, never values.
+//! routes). Every call has one record; only argument names are recorded,
+//! never values.
+//!
+//! A native agent-route call is written by the use case itself, as the first
+//! statement of its own transaction ([`open`]), and its outcome is added in
+//! that same transaction ([`complete_in`], then [`commit`]): one commit per
+//! call, and no answer, not even a read's, leaves before its record is
+//! durable. If the record cannot be written, nothing runs (503, fail
+//! closed). If the operation refuses (its transaction rolls back, taking
+//! the record with it), [`finish`] writes the record with the refusal as
+//! its outcome in a transaction of its own.
+//!
+//! An MCP `tools/call` is first decided against the agent's tool grants,
+//! and the decision's record committed with it ([`begin_mcp`]); an allowed
+//! call's outcome is then added in the operation's transaction, as above.
+
+use std::sync::{Arc, Mutex};
 
 use super::auth::Caller;
 use super::policy::{self, Check};
@@ -13,7 +24,7 @@ use crate::domain::policy::Decision;
 use crate::domain::text::printable;
 use crate::domain::tools::{Tool, argument_names};
 use crate::store::Tx;
-use crate::store::audit::{self as store, NewCall};
+use crate::store::audit::{self as store, NewCall, Outcome};
 
 /// How a call reached Writ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,52 +58,92 @@ pub struct CallInfo<'a> {
     pub request_id: Option<String>,
 }
 
+/// Whether a use case only reads or also writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reads one snapshot.
+    Read,
+    /// Writes.
+    Write,
+}
+
+/// The audit record of one call, carried by its [`Caller`].
+#[derive(Debug)]
+pub struct Record {
+    call: NewCall,
+    state: Mutex<State>,
+}
+
+/// Where a record stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Not written yet: the call's transaction writes it.
+    Pending,
+    /// In a transaction that has not committed (yet): written there when
+    /// `fresh`, else committed before; `completed` once its outcome is there.
+    InTx {
+        id: i64,
+        fresh: bool,
+        completed: bool,
+    },
+    /// Committed without its outcome (an MCP decision).
+    Committed(i64),
+    /// Committed with its outcome.
+    Done,
+}
+
+impl Record {
+    fn get(&self) -> State {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, state: State) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+    }
+
+    /// The state once any transaction not committed through [`commit`] is
+    /// known to be gone (rolled back).
+    fn settled(&self) -> State {
+        let state = match self.get() {
+            State::InTx { fresh: true, .. } => State::Pending,
+            State::InTx { id, .. } => State::Committed(id),
+            other => other,
+        };
+        self.set(state);
+        state
+    }
+}
+
 fn fail_closed(err: impl Into<anyhow::Error>) -> Error {
     Error::AuditUnavailable(err.into())
 }
 
-async fn insert(
-    tx: &mut Tx,
-    caller: &Caller,
-    via: Via,
-    call: &CallInfo<'_>,
-    check: &Check,
-) -> Result<i64> {
+fn new_call(caller: &Caller, via: Via, call: &CallInfo<'_>, check: &Check) -> Result<NewCall> {
     let names = argument_names(call.args.keys());
     let names = serde_json::to_string(&names).map_err(fail_closed)?;
-    let repository = check
-        .repository
-        .as_ref()
-        .map(|r| printable(&r.full_name(), 256));
     let (decision, matched, reason) = match (&check.decision, via) {
-        (Decision::Allow { grant_id }, Via::Mcp) => ("allow", Some(grant_id.as_str()), "granted"),
+        (Decision::Allow { grant_id }, Via::Mcp) => ("allow", Some(grant_id.clone()), "granted"),
         (Decision::Allow { .. }, Via::Api) => ("allow", None, "native_api"),
         (Decision::Deny(denial), _) => ("deny", None, denial.code()),
     };
-    let tool = printable(call.tool, 64);
-    let rpc_id = call.rpc_id.as_deref().map(|r| printable(r, 128));
-    let request_id = call.request_id.as_deref().map(|r| printable(r, 128));
-    let at = now().to_text();
-    store::insert_call(
-        tx,
-        &NewCall {
-            called_at: &at,
-            via: via.as_str(),
-            agent_id: caller.user_id,
-            agent_login: &caller.login,
-            token_id: caller.token_id,
-            tool: &tool,
-            repository: repository.as_deref(),
-            decision,
-            matched_grant: matched,
-            reason,
-            rpc_id: rpc_id.as_deref(),
-            request_id: request_id.as_deref(),
-            arg_names: &names,
-        },
-    )
-    .await
-    .map_err(fail_closed)
+    Ok(NewCall {
+        called_at: now().to_text(),
+        via: via.as_str(),
+        agent_id: caller.user_id,
+        agent_login: caller.login.clone(),
+        token_id: caller.token_id,
+        tool: printable(call.tool, 64),
+        repository: check
+            .repository
+            .as_ref()
+            .map(|r| printable(&r.full_name(), 256)),
+        decision,
+        matched_grant: matched,
+        reason: reason.to_owned(),
+        rpc_id: call.rpc_id.as_deref().map(|r| printable(r, 128)),
+        request_id: call.request_id.as_deref().map(|r| printable(r, 128)),
+        arg_names: names,
+    })
 }
 
 /// Decides an MCP `tools/call` against the caller's tool grants and commits
@@ -106,22 +157,29 @@ pub async fn begin_mcp(ctx: &Ctx, caller: &mut Caller, call: &CallInfo<'_>) -> R
             Error::Internal(cause) => fail_closed(cause),
             other => other,
         })?;
-    let id = insert(&mut tx, caller, Via::Mcp, call, &check).await?;
+    let record = new_call(caller, Via::Mcp, call, &check)?;
+    let denied = (!check.decision.is_allowed()).then(|| Outcome {
+        native_status: None,
+        error_code: None,
+        at: &record.called_at,
+    });
+    let id = store::insert_call(&mut tx, &record, denied)
+        .await
+        .map_err(fail_closed)?;
     tx.commit().await.map_err(fail_closed)?;
     if check.decision.is_allowed() {
-        caller.audit = Some(id);
+        caller.audit = Some(Arc::new(Record {
+            call: record,
+            state: Mutex::new(State::Committed(id)),
+        }));
     }
     Ok(check)
 }
 
-/// Records a native agent-route call before it runs (the native routes have
-/// no tool policy: the decision is `allow`, reason `native_api`).
-pub async fn begin_api(
-    ctx: &Ctx,
-    caller: &mut Caller,
-    tool: Tool,
-    call: &CallInfo<'_>,
-) -> Result<()> {
+/// Prepares the record of a native agent-route call (the native routes have
+/// no tool policy: the decision is `allow`, reason `native_api`). Nothing is
+/// written yet: the use case writes it first thing in its transaction.
+pub fn prepare_api(caller: &mut Caller, tool: Tool, call: &CallInfo<'_>) -> Result<()> {
     let check = Check {
         repository: crate::domain::policy::resolve_repository(call.args),
         decision: Decision::Allow {
@@ -132,53 +190,137 @@ pub async fn begin_api(
         tool: tool.name(),
         ..call.clone()
     };
-    let mut tx = ctx.store.write().await.map_err(fail_closed)?;
-    let id = insert(&mut tx, caller, Via::Api, &call, &check).await?;
-    tx.commit().await.map_err(fail_closed)?;
-    caller.audit = Some(id);
+    let record = new_call(caller, Via::Api, &call, &check)?;
+    caller.audit = Some(Arc::new(Record {
+        call: record,
+        state: Mutex::new(State::Pending),
+    }));
     Ok(())
 }
 
-/// Adds the outcome of the caller's audited call inside the operation's own
-/// transaction (a no-op for unaudited callers).
+/// Begins the transaction of a use case run for `caller`. For an audited
+/// call it is a write transaction (a consistent snapshot for reads) that
+/// holds the call's record: written here, as its first statement, unless it
+/// was committed before (MCP). Unaudited callers get a plain read or write
+/// transaction.
+pub async fn open(ctx: &Ctx, caller: &Caller, access: Access) -> Result<Tx> {
+    let Some(record) = caller.audit.as_deref() else {
+        return Ok(match access {
+            Access::Read => ctx.store.read().await?,
+            Access::Write => ctx.store.write().await?,
+        });
+    };
+    let state = record.settled();
+    if state == State::Done {
+        return Ok(match access {
+            Access::Read => ctx.store.read().await?,
+            Access::Write => ctx.store.write().await?,
+        });
+    }
+    let mut tx = match access {
+        Access::Read => ctx.store.write_snapshot().await,
+        Access::Write => ctx.store.write().await,
+    }
+    .map_err(fail_closed)?;
+    let next = match state {
+        State::Committed(id) => State::InTx {
+            id,
+            fresh: false,
+            completed: false,
+        },
+        _ => {
+            let id = store::insert_call(&mut tx, &record.call, None)
+                .await
+                .map_err(fail_closed)?;
+            State::InTx {
+                id,
+                fresh: true,
+                completed: false,
+            }
+        }
+    };
+    record.set(next);
+    Ok(tx)
+}
+
+/// Adds the outcome of the caller's audited call inside the transaction
+/// [`open`] began (a no-op for unaudited callers).
 pub async fn complete_in(
     tx: &mut Tx,
     caller: &Caller,
     status: u16,
     code: Option<&str>,
 ) -> Result<()> {
-    if let Some(id) = caller.audit {
-        store::complete_call(tx, id, status, code, &now().to_text())
+    let Some(record) = caller.audit.as_deref() else {
+        return Ok(());
+    };
+    if let State::InTx { id, fresh, .. } = record.get() {
+        let at = now().to_text();
+        let outcome = Outcome {
+            native_status: Some(status),
+            error_code: code,
+            at: &at,
+        };
+        store::complete_call(tx, id, outcome)
             .await
             .map_err(fail_closed)?;
+        record.set(State::InTx {
+            id,
+            fresh,
+            completed: true,
+        });
     }
     Ok(())
 }
 
-/// Adds the outcome after an operation that did not record it itself: reads
-/// (`recorded_ok = Some(status)`), and every refusal of a writing use case
-/// (`recorded_ok = None`: its success was recorded in its own transaction;
-/// a refusal's transaction rolled back). Already-completed records are left
-/// alone. A failure here is the call's failure (503), so no answer leaves
-/// without its outcome recorded.
-pub async fn finish<T>(
-    ctx: &Ctx,
-    caller: &Caller,
-    result: Result<T>,
-    recorded_ok: Option<u16>,
-) -> Result<T> {
-    let Some(id) = caller.audit else {
+/// Commits a transaction begun by [`open`]; from then on the caller's
+/// record is durable (with its outcome, if [`complete_in`] added it).
+pub async fn commit(tx: Tx, caller: &Caller) -> Result<()> {
+    tx.commit().await?;
+    if let Some(record) = caller.audit.as_deref()
+        && let State::InTx { id, completed, .. } = record.get()
+    {
+        record.set(if completed {
+            State::Done
+        } else {
+            State::Committed(id)
+        });
+    }
+    Ok(())
+}
+
+/// Ends an audited call: when its outcome was not committed with the
+/// operation (a refusal rolled the operation back, the call failed before
+/// the operation began, or an MCP read), records it now, in a transaction
+/// of its own; `ok_status` is the status of a success. A failure here is
+/// the call's failure (503), so no answer leaves without its record.
+pub async fn finish<T>(ctx: &Ctx, caller: &Caller, result: Result<T>, ok_status: u16) -> Result<T> {
+    let Some(record) = caller.audit.as_deref() else {
         return result;
     };
-    let (status, code) = match (&result, recorded_ok) {
-        (Ok(_), None) => return result,
-        (Ok(_), Some(status)) => (status, None),
-        (Err(e), _) => (e.status(), Some(e.code())),
+    let state = record.settled();
+    if state == State::Done {
+        return result;
+    }
+    let (status, code) = match &result {
+        Ok(_) => (ok_status, None),
+        Err(e) => (e.status(), Some(e.code())),
+    };
+    let at = now().to_text();
+    let outcome = Outcome {
+        native_status: Some(status),
+        error_code: code,
+        at: &at,
     };
     let mut tx = ctx.store.write().await.map_err(fail_closed)?;
-    store::complete_call(&mut tx, id, status, code, &now().to_text())
-        .await
-        .map_err(fail_closed)?;
+    match state {
+        State::Committed(id) => store::complete_call(&mut tx, id, outcome).await.map(drop),
+        _ => store::insert_call(&mut tx, &record.call, Some(outcome))
+            .await
+            .map(drop),
+    }
+    .map_err(fail_closed)?;
     tx.commit().await.map_err(fail_closed)?;
+    record.set(State::Done);
     result
 }

@@ -44,9 +44,10 @@ pub struct Caller {
     pub scopes: ScopeSet,
     /// The token's resource reducer.
     pub reducer: Reducer,
-    /// The audit record of the call being made, when it is audited: a use
-    /// case that commits writes adds the call's outcome in its transaction.
-    pub audit: Option<i64>,
+    /// The audit record of the call being made, when it is audited: the
+    /// use case writes it (and its outcome) in its own transaction; see
+    /// [`super::audit`].
+    pub audit: Option<std::sync::Arc<super::audit::Record>>,
 }
 
 impl Caller {
@@ -86,9 +87,10 @@ pub async fn authenticate(ctx: &Ctx, credential: Credential<'_>) -> Result<Calle
         return Err(Error::Unauthenticated);
     }
     let hash = sha256_hex(secret.as_bytes());
-    let mut tx = ctx.store.read().await?;
-    let row = principals::token_by_hash(&mut tx, &hash).await?;
-    tx.commit().await?;
+    // One statement: no transaction needed around it.
+    let mut conn = ctx.store.single().await?;
+    let row = principals::token_by_hash(&mut conn, &hash).await?;
+    drop(conn);
     let row = row.ok_or(Error::Unauthenticated)?;
     if !bool::from(row.token_hash.as_bytes().ct_eq(hash.as_bytes())) {
         return Err(Error::Unauthenticated);

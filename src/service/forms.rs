@@ -508,7 +508,15 @@ pub async fn approve(
     let to = judge(&l.grant, target.revision, HumanEvent::Approve)?;
     // Admission at approval: the same evaluation as preview and handoff,
     // persisted with its snapshot in this transaction.
-    let package = admission::persist_in(ctx, &mut tx, &l.grant, Phase::Approval, user.id).await?;
+    let package = admission::persist_in(
+        ctx,
+        &mut tx,
+        &l.grant,
+        Phase::Approval,
+        user.id,
+        &now().to_text(),
+    )
+    .await?;
     if package.blocked() {
         // The refusal is recorded (the evaluation and its snapshot); the
         // grant stays as it was.

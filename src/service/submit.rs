@@ -5,7 +5,7 @@
 
 use super::admission::{self, PackageView, Phase};
 use super::agent::{Triple, facts, locate};
-use super::audit;
+use super::audit::{self, Access};
 use super::auth::Caller;
 use super::view::{GrantView, SubmissionView};
 use super::{Ctx, Error, Result, now};
@@ -82,26 +82,26 @@ pub async fn submit(
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
     let content = content_digest(input.triple.digest.as_str(), &input.title, &input.body);
-    let mut tx = ctx.store.write().await?;
+    let mut tx = audit::open(ctx, caller, Access::Write).await?;
     let grant = locate(&mut tx, caller, owner, repo, id, true).await?;
     if let Some(existing) =
         issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str()).await?
     {
         let answer = replay_or_conflict(&grant, existing, &content);
         record(&mut tx, caller, &answer).await?;
-        tx.commit().await?;
+        audit::commit(tx, caller).await?;
         return answer;
     }
-    match create(ctx, &mut tx, caller, &grant, input, &content).await {
-        Ok(None) => {}
-        Ok(Some(blocked)) => {
+    let (row, receipt) = match create(ctx, &mut tx, caller, &grant, input, &content).await {
+        Ok(Created::Done { grant, receipt }) => (grant, receipt),
+        Ok(Created::Blocked(blocked)) => {
             // Commit only the evaluation record: the request key stays unused.
             let answer = Err(Error::admission_blocked(
                 GrantView::from_row(&grant)?,
                 blocked,
             ));
             record(&mut tx, caller, &answer).await?;
-            tx.commit().await?;
+            audit::commit(tx, caller).await?;
             return answer;
         }
         Err(Error::Internal(e))
@@ -113,17 +113,9 @@ pub async fn submit(
             return resolve_after_race(ctx, caller, owner, repo, id, input, &content).await;
         }
         Err(e) => return Err(e),
-    }
-    let row = grants::grant_by_id(&mut tx, grant.id)
-        .await?
-        .ok_or(Error::NotFound)?;
-    let receipt = issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str())
-        .await?
-        .ok_or_else(|| {
-            Error::Internal(anyhow::anyhow!("receipt vanished inside its transaction"))
-        })?;
+    };
     audit::complete_in(&mut tx, caller, 201, None).await?;
-    tx.commit().await?;
+    audit::commit(tx, caller).await?;
     Ok(Receipt {
         outcome: Outcome::Created,
         grant: GrantView::from_row(&row)?,
@@ -163,19 +155,32 @@ async fn resolve_after_race(
     input: &SubmitInput,
     content: &str,
 ) -> Result<Receipt> {
-    let mut tx = ctx.store.write().await?;
+    let mut tx = audit::open(ctx, caller, Access::Write).await?;
     let grant = locate(&mut tx, caller, owner, repo, id, false).await?;
     let existing = issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str())
         .await?
         .ok_or_else(|| Error::Internal(anyhow::anyhow!("unique violation without a receipt")))?;
     let answer = replay_or_conflict(&grant, existing, content);
     record(&mut tx, caller, &answer).await?;
-    tx.commit().await?;
+    audit::commit(tx, caller).await?;
     answer
 }
 
-/// Writes the issue, the receipt and the counter; `Some(evaluation)` when the
-/// handoff admission blocked (nothing but the evaluation was written).
+/// What [`create`] did.
+enum Created {
+    /// The issue, the receipt and the counter are written: the grant and the
+    /// receipt as they now stand in the transaction.
+    Done {
+        grant: Box<GrantRow>,
+        receipt: Box<SubmissionRow>,
+    },
+    /// The handoff admission blocked: only the evaluation was written.
+    Blocked(PackageView),
+}
+
+/// Writes the issue, the receipt and the counter (or, when the handoff
+/// admission blocks, only the evaluation). The grant row is locked, so the
+/// answer is built from the values written here rather than read back.
 async fn create(
     ctx: &Ctx,
     tx: &mut Tx,
@@ -183,19 +188,20 @@ async fn create(
     grant: &GrantRow,
     input: &SubmitInput,
     content: &str,
-) -> Result<Option<PackageView>> {
+) -> Result<Created> {
     let at = now();
     decide_submit(&facts(grant)?, &input.triple.digest, at).map_err(|r| {
         GrantView::from_row(grant)
             .map(|g| Error::refused(r, g))
             .unwrap_or_else(Error::from)
     })?;
-    let package = admission::persist_in(ctx, tx, grant, Phase::Handoff, caller.user_id).await?;
+    let text = at.to_text();
+    let package =
+        admission::persist_in(ctx, tx, grant, Phase::Handoff, caller.user_id, &text).await?;
     if package.blocked() {
-        return Ok(Some(package));
+        return Ok(Created::Blocked(package));
     }
     let evaluation_id = package.evaluation_id;
-    let text = at.to_text();
     let index = issues::allocate_index(tx, grant.repository_id).await?;
     let issue_id = issues::insert_issue(
         tx,
@@ -211,7 +217,7 @@ async fn create(
     .await?;
     let full_name = format!("{}/{}", grant.repo_owner, grant.repo_name);
     let url = format!("{}/{full_name}/issues/{index}", ctx.config.public_base());
-    issues::insert_submission(
+    let submission_id = issues::insert_submission(
         tx,
         NewSubmission {
             grant_id: grant.id,
@@ -229,13 +235,14 @@ async fn create(
         },
     )
     .await?;
+    let count = grant.submission_count + 1;
     let bumped = grants::update_grant(
         tx,
         grant.id,
         None,
         vec![
-            (Grants::SubmissionCount, (grant.submission_count + 1).into()),
-            (Grants::UpdatedAt, text.into()),
+            (Grants::SubmissionCount, count.into()),
+            (Grants::UpdatedAt, text.clone().into()),
         ],
     )
     .await?;
@@ -244,7 +251,41 @@ async fn create(
             "grant row vanished during submit"
         )));
     }
-    Ok(None)
+    let after = GrantRow {
+        submission_count: count,
+        updated_at: text.clone(),
+        admission_id: evaluation_id,
+        admission_phase: Some(package.phase.to_owned()),
+        admission_status: Some(package.status.to_owned()),
+        admission_snapshot_id: package.snapshot_id,
+        admission_evaluated_at: Some(text.clone()),
+        ..grant.clone()
+    };
+    let receipt = SubmissionRow {
+        id: submission_id,
+        grant_id: grant.id,
+        request_key: input.request_key.as_str().to_owned(),
+        content_digest: content.to_owned(),
+        proposal_digest: input.triple.digest.as_str().to_owned(),
+        agent_id: caller.user_id,
+        agent_login: grant.agent_login.clone(),
+        issue_id,
+        issue_index: index,
+        repository_id: grant.repository_id,
+        repository_full_name: full_name,
+        issue_url: url,
+        evaluation_id,
+        created_at: text,
+        current_repository_id: Some(grant.repository_id),
+        current_index: Some(index),
+        evaluation_phase: Some(package.phase.to_owned()),
+        evaluation_status: Some(package.status.to_owned()),
+        evaluation_snapshot_id: package.snapshot_id,
+    };
+    Ok(Created::Done {
+        grant: Box::new(after),
+        receipt: Box::new(receipt),
+    })
 }
 
 /// Reads back a receipt by request key, in every grant state.
@@ -258,12 +299,13 @@ pub async fn readback(
 ) -> Result<Receipt> {
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository, Scope::ReadIssue])?;
-    let mut tx = ctx.store.read().await?;
+    let mut tx = audit::open(ctx, caller, Access::Read).await?;
     let grant = locate(&mut tx, caller, owner, repo, id, false).await?;
     let receipt = issues::submission_by_key(&mut tx, grant.id, key.as_str())
         .await?
         .ok_or(Error::NotFound)?;
-    tx.commit().await?;
+    audit::complete_in(&mut tx, caller, 200, None).await?;
+    audit::commit(tx, caller).await?;
     Ok(Receipt {
         outcome: Outcome::Replayed,
         grant: GrantView::from_row(&grant)?,

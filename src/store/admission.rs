@@ -105,13 +105,18 @@ pub async fn find_snapshot(tx: &mut Tx, digest: &str) -> StoreResult<Option<i64>
     Ok(tx.fetch_optional::<(i64,)>(&q).await?.map(|r| r.0))
 }
 
-/// Captures a snapshot (deduplicated by digest) and returns its id.
+/// Captures a snapshot (deduplicated by digest) and returns its id: one
+/// statement when it is stored already (the usual case: health changes
+/// rarely), else an insert that tolerates a concurrent one, and a read.
 pub async fn capture_snapshot(
     tx: &mut Tx,
     digest: &str,
     content: &str,
     now: &str,
 ) -> StoreResult<i64> {
+    if let Some(id) = find_snapshot(tx, digest).await? {
+        return Ok(id);
+    }
     let q = Query::insert()
         .into_table(HealthSnapshots::Table)
         .columns([

@@ -1,5 +1,6 @@
 //! The tool-call audit: one row per call, inserted before the operation runs
-//! and completed once with its outcome. Rows are never deleted (the schema's
+//! (in the operation's own transaction, or for an MCP decision in the
+//! decision's) and completed once with its outcome. Rows are never deleted (the schema's
 //! triggers refuse it, and any other update).
 
 use sea_query::{Expr, ExprTrait, Iden, Query};
@@ -31,33 +32,44 @@ pub enum ToolCalls {
 
 /// A call as recorded before it runs.
 #[derive(Debug, Clone)]
-pub struct NewCall<'a> {
+pub struct NewCall {
     /// Fixed-width UTC text.
-    pub called_at: &'a str,
+    pub called_at: String,
     /// `mcp` or `api`.
-    pub via: &'a str,
+    pub via: &'static str,
     /// The calling principal.
     pub agent_id: i64,
     /// Its login at the time of the call.
-    pub agent_login: &'a str,
+    pub agent_login: String,
     /// The token used.
     pub token_id: i64,
     /// The tool (for `api`, the tool of the same operation).
-    pub tool: &'a str,
+    pub tool: String,
     /// `owner/repo` as resolved from the arguments, if any.
-    pub repository: Option<&'a str>,
+    pub repository: Option<String>,
     /// `allow` or `deny`.
-    pub decision: &'a str,
+    pub decision: &'static str,
     /// The grant that allowed an MCP call.
-    pub matched_grant: Option<&'a str>,
+    pub matched_grant: Option<String>,
     /// Why: `granted`, `native_api`, or the denial code.
-    pub reason: &'a str,
+    pub reason: String,
     /// The JSON-RPC id, as JSON text.
-    pub rpc_id: Option<&'a str>,
+    pub rpc_id: Option<String>,
     /// The HTTP request id.
-    pub request_id: Option<&'a str>,
+    pub request_id: Option<String>,
     /// JSON array of argument names.
-    pub arg_names: &'a str,
+    pub arg_names: String,
+}
+
+/// The outcome of a call.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome<'a> {
+    /// The native HTTP status (none for a denial: nothing native ran).
+    pub native_status: Option<u16>,
+    /// The error code of a refusal.
+    pub error_code: Option<&'a str>,
+    /// Fixed-width UTC text.
+    pub at: &'a str,
 }
 
 /// A recorded call with its outcome, as tests and reports read it.
@@ -77,10 +89,14 @@ pub struct CallRow {
     pub error_code: Option<String>,
 }
 
-/// Inserts a call; returns its id.
-pub async fn insert_call(tx: &mut Tx, c: &NewCall<'_>) -> StoreResult<i64> {
+/// Inserts a call, with its outcome when it is known already (a denial, or
+/// a call whose operation's transaction rolled back); returns its id.
+pub async fn insert_call(
+    tx: &mut Tx,
+    c: &NewCall,
+    outcome: Option<Outcome<'_>>,
+) -> StoreResult<i64> {
     use ToolCalls as T;
-    let denied_at = (c.decision == "deny").then_some(c.called_at);
     let q = Query::insert()
         .into_table(T::Table)
         .columns([
@@ -97,23 +113,27 @@ pub async fn insert_call(tx: &mut Tx, c: &NewCall<'_>) -> StoreResult<i64> {
             T::RpcId,
             T::RequestId,
             T::ArgNames,
+            T::NativeStatus,
+            T::ErrorCode,
             T::CompletedAt,
         ])
         .values_panic([
-            c.called_at.into(),
+            c.called_at.as_str().into(),
             c.via.into(),
             c.agent_id.into(),
-            c.agent_login.into(),
+            c.agent_login.as_str().into(),
             c.token_id.into(),
-            c.tool.into(),
-            c.repository.into(),
+            c.tool.as_str().into(),
+            c.repository.as_deref().into(),
             c.decision.into(),
-            c.matched_grant.into(),
-            c.reason.into(),
-            c.rpc_id.into(),
-            c.request_id.into(),
-            c.arg_names.into(),
-            denied_at.into(),
+            c.matched_grant.as_deref().into(),
+            c.reason.as_str().into(),
+            c.rpc_id.as_deref().into(),
+            c.request_id.as_deref().into(),
+            c.arg_names.as_str().into(),
+            outcome.and_then(|o| o.native_status).map(i32::from).into(),
+            outcome.and_then(|o| o.error_code).into(),
+            outcome.map(|o| o.at).into(),
         ])
         .returning_col(T::Id)
         .to_owned();
@@ -122,20 +142,17 @@ pub async fn insert_call(tx: &mut Tx, c: &NewCall<'_>) -> StoreResult<i64> {
 
 /// Adds the outcome to a call not completed yet; returns the rows changed
 /// (0 when it was already completed).
-pub async fn complete_call(
-    tx: &mut Tx,
-    id: i64,
-    native_status: u16,
-    error_code: Option<&str>,
-    at: &str,
-) -> StoreResult<u64> {
+pub async fn complete_call(tx: &mut Tx, id: i64, outcome: Outcome<'_>) -> StoreResult<u64> {
     use ToolCalls as T;
     let q = Query::update()
         .table(T::Table)
         .values([
-            (T::NativeStatus, Expr::val(i32::from(native_status))),
-            (T::ErrorCode, Expr::val(error_code)),
-            (T::CompletedAt, Expr::val(at)),
+            (
+                T::NativeStatus,
+                Expr::val(outcome.native_status.map(i32::from)),
+            ),
+            (T::ErrorCode, Expr::val(outcome.error_code)),
+            (T::CompletedAt, Expr::val(outcome.at)),
         ])
         .and_where(Expr::col(T::Id).eq(id))
         .and_where(Expr::col(T::CompletedAt).is_null())

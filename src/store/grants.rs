@@ -7,7 +7,7 @@ use sea_query::{
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Users,
 };
-use super::{StoreResult, Tx};
+use super::{Backend, StoreResult, Tx};
 
 /// A grant joined with every login and repository fact its JSON needs.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -155,6 +155,19 @@ pub async fn grant_by_id(tx: &mut Tx, id: i64) -> StoreResult<Option<GrantRow>> 
     let q = select_grant()
         .and_where(Expr::col((Grants::Table, Grants::Id)).eq(id))
         .to_owned();
+    tx.fetch_optional(&q).await
+}
+
+/// Reads one grant and takes its row lock (`FOR UPDATE OF grants` on
+/// PostgreSQL; on SQLite the write transaction already serializes), in one
+/// statement.
+pub async fn grant_by_id_locked(tx: &mut Tx, id: i64) -> StoreResult<Option<GrantRow>> {
+    let mut q = select_grant()
+        .and_where(Expr::col((Grants::Table, Grants::Id)).eq(id))
+        .to_owned();
+    if tx.backend() == Backend::Postgres {
+        q.lock_with_tables(LockType::Update, [Grants::Table]);
+    }
     tx.fetch_optional(&q).await
 }
 

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use sea_query::{ExprTrait, PostgresQueryBuilder, SqliteQueryBuilder};
 use sea_query_sqlx::SqlxBinder;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
@@ -156,6 +157,28 @@ impl Store {
         })
     }
 
+    /// Begins a write transaction that also reads one consistent snapshot
+    /// (`REPEATABLE READ` on PostgreSQL): for a read whose audit record is
+    /// written with it. On SQLite it is [`Store::write`].
+    pub async fn write_snapshot(&self) -> StoreResult<Tx> {
+        Ok(match self {
+            Store::Postgres(pool) => Tx::Postgres(
+                pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                    .await?,
+            ),
+            Store::Sqlite(..) => self.write().await?,
+        })
+    }
+
+    /// A pooled connection outside any transaction, for a use case that
+    /// reads with a single statement (one round trip, no `BEGIN`/`COMMIT`).
+    pub async fn single(&self) -> StoreResult<Tx> {
+        Ok(match self {
+            Store::Sqlite(pool, _) => Tx::SqliteSingle(pool.acquire().await?),
+            Store::Postgres(pool) => Tx::PostgresSingle(pool.acquire().await?),
+        })
+    }
+
     /// Begins a read transaction: one consistent snapshot for a whole answer.
     pub async fn read(&self) -> StoreResult<Tx> {
         Ok(match self {
@@ -189,6 +212,11 @@ pub enum Tx {
     Batch(batch::BatchTx),
     /// PostgreSQL transaction.
     Postgres(Transaction<'static, Postgres>),
+    /// A SQLite connection outside a transaction (each statement commits on
+    /// its own; see [`Store::single`]).
+    SqliteSingle(PoolConnection<Sqlite>),
+    /// A PostgreSQL connection outside a transaction.
+    PostgresSingle(PoolConnection<Postgres>),
 }
 
 macro_rules! dispatch {
@@ -209,6 +237,16 @@ macro_rules! dispatch {
                 let $conn = &mut **tx;
                 $body
             }
+            Tx::SqliteSingle(c) => {
+                let ($sql, $values) = $q.build_sqlx(SqliteQueryBuilder);
+                let $conn = &mut **c;
+                $body
+            }
+            Tx::PostgresSingle(c) => {
+                let ($sql, $values) = $q.build_sqlx(PostgresQueryBuilder);
+                let $conn = &mut **c;
+                $body
+            }
         }
     };
 }
@@ -217,8 +255,8 @@ impl Tx {
     /// The engine of this transaction.
     pub fn backend(&self) -> Backend {
         match self {
-            Tx::Sqlite(_) | Tx::Batch(_) => Backend::Sqlite,
-            Tx::Postgres(_) => Backend::Postgres,
+            Tx::Sqlite(_) | Tx::Batch(_) | Tx::SqliteSingle(_) => Backend::Sqlite,
+            Tx::Postgres(_) | Tx::PostgresSingle(_) => Backend::Postgres,
         }
     }
 
@@ -268,6 +306,7 @@ impl Tx {
             Tx::Sqlite(tx) => tx.commit().await,
             Tx::Batch(tx) => tx.commit().await,
             Tx::Postgres(tx) => tx.commit().await,
+            Tx::SqliteSingle(_) | Tx::PostgresSingle(_) => Ok(()),
         }
     }
 
@@ -280,6 +319,7 @@ impl Tx {
                 Ok(())
             }
             Tx::Postgres(tx) => tx.rollback().await,
+            Tx::SqliteSingle(_) | Tx::PostgresSingle(_) => Ok(()),
         }
     }
 }

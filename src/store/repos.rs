@@ -60,6 +60,43 @@ pub async fn repo_by_name(tx: &mut Tx, owner: &str, name: &str) -> StoreResult<O
     tx.fetch_optional(&q).await
 }
 
+/// A repository with a user's collaborator entry on it, if any.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RepoAccessRow {
+    /// The repository.
+    #[sqlx(flatten)]
+    pub repo: RepoRow,
+    /// The user's collaborator permission, if the user is one.
+    pub collaborator_permission: Option<String>,
+}
+
+/// Finds a repository by `owner` and `name` (case-insensitively) with
+/// `user_id`'s collaborator permission on it, in one statement.
+pub async fn repo_by_name_for(
+    tx: &mut Tx,
+    owner: &str,
+    name: &str,
+    user_id: i64,
+) -> StoreResult<Option<RepoAccessRow>> {
+    let q = select_repo()
+        .expr_as(
+            Expr::col((Collaborators::Table, Collaborators::Permission)),
+            "collaborator_permission",
+        )
+        .left_join(
+            Collaborators::Table,
+            Expr::col((Collaborators::Table, Collaborators::RepositoryId))
+                .equals((Repositories::Table, Repositories::Id))
+                .and(Expr::col((Collaborators::Table, Collaborators::UserId)).eq(user_id)),
+        )
+        .and_where(Expr::col((Users::Table, Users::LowerLogin)).eq(owner.to_ascii_lowercase()))
+        .and_where(
+            Expr::col((Repositories::Table, Repositories::LowerName)).eq(name.to_ascii_lowercase()),
+        )
+        .to_owned();
+    tx.fetch_optional(&q).await
+}
+
 /// Finds a repository by id.
 pub async fn repo_by_id(tx: &mut Tx, id: i64) -> StoreResult<Option<RepoRow>> {
     let q = select_repo()

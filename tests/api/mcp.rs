@@ -2257,14 +2257,29 @@ async fn an_unwritable_audit_refuses_the_call(app: TestApp) {
         .readback(active, &key)
         .await
         .assert_error(404, "not_found");
-    // Each of those calls left its record, without an outcome.
+    // Each of those calls left its record. An MCP call's record was
+    // committed with its policy decision, so it stays without an outcome. A
+    // native call's record was written in the operation's transaction and
+    // rolled back with it; it is written again, with the refusal.
     let rows = audit_rows(&app).await;
     let blocked = &rows[rows_before..rows_before + 4];
     for row in blocked {
         assert_eq!(col(row, "decision"), Some("allow"), "{row:?}");
-        assert_eq!(col(row, "completed_at"), None, "{row:?}");
-        assert_eq!(col(row, "native_status"), None, "{row:?}");
+        if col(row, "via") == Some("mcp") {
+            assert_eq!(col(row, "completed_at"), None, "{row:?}");
+            assert_eq!(col(row, "native_status"), None, "{row:?}");
+        } else {
+            assert_eq!(col(row, "native_status"), Some("503"), "{row:?}");
+            assert_eq!(col(row, "error_code"), Some("audit_unavailable"), "{row:?}");
+        }
     }
+    assert_eq!(
+        blocked
+            .iter()
+            .filter(|r| col(r, "via") == Some("api"))
+            .count(),
+        1
+    );
 
     // Writable again: the same calls go through.
     mcp.call(CONFIRM, confirm_args(OWNER, REPO, pending, &pending_digest))

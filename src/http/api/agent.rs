@@ -64,7 +64,7 @@ pub async fn list_grants(
     let names = form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
         .map(|(k, _)| k.into_owned());
     let args = call_args(&[], names);
-    audit_call(&ctx, &mut caller, Tool::List, &headers, &args).await?;
+    audit_call(&mut caller, Tool::List, &headers, &args)?;
     let result = async {
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository])?;
@@ -76,7 +76,7 @@ pub async fn list_grants(
         Ok((query, page))
     }
     .await;
-    let (query, page) = audit::finish(&ctx, &caller, result, Some(200)).await?;
+    let (query, page) = audit::finish(&ctx, &caller, result, 200).await?;
     let mut response = Json(page.items).into_response();
     let base = format!("{}/api/v1/agent-work-grants", ctx.config.public_base());
     link_headers(response.headers_mut(), &base, &query, page.total);
@@ -95,14 +95,7 @@ pub async fn get_grant(
     path: Result<Path<Triplet>, PathRejection>,
 ) -> Result<Json<GrantEnvelope>, ApiError> {
     let mut caller = api_caller(&ctx, &headers).await?;
-    audit_call(
-        &ctx,
-        &mut caller,
-        Tool::Get,
-        &headers,
-        &path_args(&path, None),
-    )
-    .await?;
+    audit_call(&mut caller, Tool::Get, &headers, &path_args(&path, None))?;
     let result = async {
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository])?;
@@ -111,7 +104,7 @@ pub async fn get_grant(
         agent::get(&ctx, &caller, &owner, &repo, id).await
     }
     .await;
-    let grant = audit::finish(&ctx, &caller, result, Some(200)).await?;
+    let grant = audit::finish(&ctx, &caller, result, 200).await?;
     Ok(Json(GrantEnvelope { grant }))
 }
 
@@ -147,7 +140,7 @@ pub async fn confirm_grant(
     let mut caller = api_caller(&ctx, &headers).await?;
     let bytes = read_body(&headers, body).await;
     let args = path_args(&path, bytes.as_deref().ok());
-    audit_call(&ctx, &mut caller, Tool::Confirm, &headers, &args).await?;
+    audit_call(&mut caller, Tool::Confirm, &headers, &args)?;
     let result = async {
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
@@ -162,7 +155,7 @@ pub async fn confirm_grant(
         agent::confirm(&ctx, &caller, &owner, &repo, id, &triple).await
     }
     .await;
-    let grant = audit::finish(&ctx, &caller, result, None).await?;
+    let grant = audit::finish(&ctx, &caller, result, 200).await?;
     Ok(Json(GrantEnvelope { grant }))
 }
 

@@ -150,9 +150,9 @@ pub fn body_names(bytes: Option<&[u8]>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Records a native agent-route call in the audit before it runs.
-pub async fn audit_call(
-    ctx: &Ctx,
+/// Prepares the audit record of a native agent-route call; the use case
+/// writes it in its transaction before anything else.
+pub fn audit_call(
     caller: &mut crate::service::auth::Caller,
     tool: crate::domain::tools::Tool,
     headers: &axum::http::HeaderMap,
@@ -167,5 +167,5 @@ pub async fn audit_call(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
     };
-    crate::service::audit::begin_api(ctx, caller, tool, &call).await
+    crate::service::audit::prepare_api(caller, tool, &call)
 }

@@ -121,7 +121,7 @@ pub async fn submit_work(
     let mut caller = api_caller(&ctx, &headers).await?;
     let bytes = read_body(&headers, body).await;
     let args = path_args(&path, bytes.as_deref().ok());
-    audit_call(&ctx, &mut caller, Tool::Submit, &headers, &args).await?;
+    audit_call(&mut caller, Tool::Submit, &headers, &args)?;
     let result = async {
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
@@ -131,7 +131,7 @@ pub async fn submit_work(
         submit::submit(&ctx, &caller, &owner, &repo, id, &input).await
     }
     .await;
-    let receipt = audit::finish(&ctx, &caller, result, None).await?;
+    let receipt = audit::finish(&ctx, &caller, result, 200).await?;
     Ok(answer(receipt))
 }
 
@@ -159,7 +159,7 @@ pub async fn read_submission(
         ),
         Err(_) => call_args(&[], []),
     };
-    audit_call(&ctx, &mut caller, Tool::Readback, &headers, &args).await?;
+    audit_call(&mut caller, Tool::Readback, &headers, &args)?;
     let result = async {
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::ReadIssue])?;
@@ -169,7 +169,7 @@ pub async fn read_submission(
         submit::readback(&ctx, &caller, &owner, &repo, id, &key).await
     }
     .await;
-    let receipt = audit::finish(&ctx, &caller, result, Some(200)).await?;
+    let receipt = audit::finish(&ctx, &caller, result, 200).await?;
     Ok(Json(ReceiptEnvelope {
         grant: receipt.grant,
         submission: receipt.submission,
