@@ -124,16 +124,17 @@ pub(super) fn select_grant() -> SelectStatement {
         .from_as(AdmissionEvaluations::Table, "e2")
         .and_where(Expr::col(("e2", AdmissionEvaluations::GrantId)).equals((g, Grants::Id)))
         .to_owned();
-    // `le.grant_id = grants.id` is implied by the subquery, but stated it
-    // lets the engine probe the grant's evaluations by index instead of
-    // testing every evaluation against the subquery (PostgreSQL did).
+    // `le.id = (SELECT max(id) ...)`: one backward probe of the
+    // `(grant_id, id)` index per grant, then the primary key. (`IN` with
+    // `le.grant_id = grants.id` made PostgreSQL test the subquery against
+    // every evaluation of the grant: a grant read grew with its submissions,
+    // 8 ms at 800 of them.)
     q.join_as(
         JoinType::LeftJoin,
         AdmissionEvaluations::Table,
         "le",
-        Cond::all()
-            .add(Expr::col(("le", AdmissionEvaluations::GrantId)).equals((g, Grants::Id)))
-            .add(Expr::col(("le", AdmissionEvaluations::Id)).in_subquery(latest)),
+        Expr::col(("le", AdmissionEvaluations::Id))
+            .eq(Expr::SubQuery(None, Box::new(latest.into()))),
     );
     q
 }
