@@ -129,19 +129,51 @@ pub async fn locate(
     id: GrantId,
     lock: bool,
 ) -> Result<GrantRow> {
+    let repo = reachable_repo(tx, caller, owner, repo).await?;
+    let row = if lock {
+        grants::grant_by_id_locked(tx, id.0).await?
+    } else {
+        grants::grant_by_id(tx, id.0).await?
+    };
+    row.filter(|g| is_callers(g, &repo, caller))
+        .ok_or(Error::NotFound)
+}
+
+/// [`locate`] with the lock, for a submit: also the id of the grant's
+/// receipt under `request_key`, if any, read in the same statement.
+pub async fn locate_for_key(
+    tx: &mut Tx,
+    caller: &Caller,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    request_key: &str,
+) -> Result<(GrantRow, Option<i64>)> {
+    let repo = reachable_repo(tx, caller, owner, repo).await?;
+    grants::grant_with_key_locked(tx, id.0, request_key)
+        .await?
+        .filter(|r| is_callers(&r.grant, &repo, caller))
+        .map(|r| (r.grant, r.key_submission_id))
+        .ok_or(Error::NotFound)
+}
+
+async fn reachable_repo(
+    tx: &mut Tx,
+    caller: &Caller,
+    owner: &str,
+    repo: &str,
+) -> Result<repos::RepoRow> {
     let (repo, _) = readable_repo(tx, owner, repo, caller.user_id).await?;
     if !caller.reducer.reaches(&repo.full_name(), repo.private) {
         return Err(Error::InsufficientScope(
             "the token does not reach this repository",
         ));
     }
-    let row = if lock {
-        grants::grant_by_id_locked(tx, id.0).await?
-    } else {
-        grants::grant_by_id(tx, id.0).await?
-    };
-    row.filter(|g| g.repository_id == repo.id && g.agent_id == caller.user_id)
-        .ok_or(Error::NotFound)
+    Ok(repo)
+}
+
+fn is_callers(grant: &GrantRow, repo: &repos::RepoRow, caller: &Caller) -> bool {
+    grant.repository_id == repo.id && grant.agent_id == caller.user_id
 }
 
 /// Reads one of the caller's grants.

@@ -4,7 +4,7 @@
 //! the counter together.
 
 use super::admission::{self, PackageView, Phase};
-use super::agent::{Triple, facts, locate};
+use super::agent::{Triple, facts, locate, locate_for_key};
 use super::audit::{self, Access};
 use super::auth::Caller;
 use super::view::{GrantView, SubmissionView};
@@ -83,9 +83,10 @@ pub async fn submit(
     caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
     let content = content_digest(input.triple.digest.as_str(), &input.title, &input.body);
     let mut tx = audit::open(ctx, caller, Access::Write).await?;
-    let grant = locate(&mut tx, caller, owner, repo, id, true).await?;
-    if let Some(existing) =
-        issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str()).await?
+    let key = input.request_key.as_str();
+    let (grant, used) = locate_for_key(&mut tx, caller, owner, repo, id, key).await?;
+    if used.is_some()
+        && let Some(existing) = issues::submission_by_key(&mut tx, grant.id, key).await?
     {
         let answer = replay_or_conflict(&grant, existing, &content);
         record(&mut tx, caller, &answer).await?;

@@ -7,8 +7,9 @@
 //! transaction. Each caller of [`Writer::begin`] gets that connection in
 //! turn, inside its own `SAVEPOINT`: its statements are atomic and its
 //! failure (a dropped or rolled-back [`BatchTx`]) undoes only its own work
-//! (`ROLLBACK TO`). A caller's `commit` releases its savepoint, hands the
-//! connection back and waits; when no caller is queued (or the batch is
+//! (`ROLLBACK TO`, which leaves the jobs before it, in the savepoints it is
+//! nested in, untouched). A caller's `commit` keeps its savepoint open, hands
+//! the connection back and waits; when no caller is queued (or the batch is
 //! full), the task commits once and only then tells every caller of the
 //! batch the outcome. So each answer is still sent only after its own work
 //! is durable, and one fsync covers many requests.
@@ -246,16 +247,18 @@ async fn run_batch(
             return batch;
         };
         c = back_conn;
-        let step = match outcome {
-            Returned::Release(done) => {
-                batch.waiters.push(done);
-                exec(&mut c, "RELEASE writ_job").await
+        // A kept job's savepoint is not released: the next job's nests
+        // inside it (one statement per job, not two), and the batch's COMMIT
+        // keeps them all. An abandoned job is undone to its own savepoint,
+        // the innermost of that name, which is then dropped.
+        match outcome {
+            Returned::Release(done) => batch.waiters.push(done),
+            Returned::Abandon => {
+                if let Err(e) = exec(&mut c, "ROLLBACK TO writ_job; RELEASE writ_job").await {
+                    batch.failed = Some(e.to_string());
+                    break;
+                }
             }
-            Returned::Abandon => exec(&mut c, "ROLLBACK TO writ_job; RELEASE writ_job").await,
-        };
-        if let Err(e) = step {
-            batch.failed = Some(e.to_string());
-            break;
         }
         count += 1;
         if count >= MAX_BATCH || started.elapsed() >= MAX_BATCH_TIME {

@@ -5,7 +5,7 @@ use sea_query::{
 };
 
 use super::schema::{
-    AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Users,
+    AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
 };
 use super::{Backend, StoreResult, Tx};
 
@@ -164,6 +164,41 @@ pub async fn grant_by_id(tx: &mut Tx, id: i64) -> StoreResult<Option<GrantRow>> 
 /// statement.
 pub async fn grant_by_id_locked(tx: &mut Tx, id: i64) -> StoreResult<Option<GrantRow>> {
     let mut q = select_grant()
+        .and_where(Expr::col((Grants::Table, Grants::Id)).eq(id))
+        .to_owned();
+    if tx.backend() == Backend::Postgres {
+        q.lock_with_tables(LockType::Update, [Grants::Table]);
+    }
+    tx.fetch_optional(&q).await
+}
+
+/// A locked grant and whether it holds a receipt under a request key.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct GrantKeyRow {
+    /// The grant.
+    #[sqlx(flatten)]
+    pub grant: GrantRow,
+    /// The id of the grant's receipt under the key, if there is one.
+    pub key_submission_id: Option<i64>,
+}
+
+/// [`grant_by_id_locked`], and the grant's receipt id under `request_key`
+/// (a submit's first question), in the same statement.
+pub async fn grant_with_key_locked(
+    tx: &mut Tx,
+    id: i64,
+    request_key: &str,
+) -> StoreResult<Option<GrantKeyRow>> {
+    let mut q = select_grant()
+        .expr_as(Expr::col(("ks", Submissions::Id)), "key_submission_id")
+        .join_as(
+            JoinType::LeftJoin,
+            Submissions::Table,
+            "ks",
+            Expr::col(("ks", Submissions::GrantId))
+                .equals((Grants::Table, Grants::Id))
+                .and(Expr::col(("ks", Submissions::RequestKey)).eq(request_key)),
+        )
         .and_where(Expr::col((Grants::Table, Grants::Id)).eq(id))
         .to_owned();
     if tx.backend() == Backend::Postgres {
