@@ -22,6 +22,7 @@
 
 mod bars;
 mod baseline;
+mod bulk;
 mod fixture;
 mod load;
 mod report;
@@ -74,6 +75,11 @@ pub struct Args {
     /// bot, so list pages carry more than the one active grant.
     #[arg(long, default_value_t = 0)]
     pub extra_grants: usize,
+    /// Grants copied in SQL into the server's database after the fixture
+    /// (awaiting the bench bots, on their repositories), for the RSS bar at
+    /// 100k grants: `--bulk-grants 100000`.
+    #[arg(long, default_value_t = 0)]
+    pub bulk_grants: usize,
     /// SQLite `synchronous` for both the baseline and the server
     /// (default: Writ's default configuration).
     #[arg(long)]
@@ -160,6 +166,7 @@ async fn run(args: &Args, target: &target::Target) -> anyhow::Result<bool> {
     };
     let mut server = server::Server::start(args, target).await?;
     let mut world = fixture::build(&server, bots, repos, args.extra_grants).await?;
+    bench.grants = bulk::add_grants(target, args.bulk_grants).await?;
     eprintln!(
         "writ-bench: {bots} bots, {repos} repositories, server pid {} on {}",
         server.pid(),

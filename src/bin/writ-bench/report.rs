@@ -150,6 +150,8 @@ pub struct Bench {
     pub mix: String,
     /// Repositories the grants are spread over.
     pub repositories: Option<usize>,
+    /// Grants in the server's database while the rows ran.
+    pub grants: i64,
     /// Logical CPUs of the machine.
     pub cpus: usize,
     /// 1-minute load average before and after.
@@ -182,6 +184,7 @@ impl Bench {
             warmup: args.warmup,
             mix: args.mix.to_string(),
             repositories: args.repos,
+            grants: 0,
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
             loadavg: [stats::loadavg(), None],
             rows: Vec::new(),
@@ -252,8 +255,13 @@ impl Bench {
         }
         self.loadavg[1] = stats::loadavg();
         self.ratios();
-        self.bars =
-            crate::bars::judge(&self.rows, self.engine, &self.synchronous, self.bar_clients);
+        self.bars = crate::bars::judge(
+            &self.rows,
+            self.engine,
+            &self.synchronous,
+            self.bar_clients,
+            self.grants,
+        );
         print!("{}", self.render());
         if let Some(path) = &self.json {
             std::fs::write(path, serde_json::to_string_pretty(&self)?)?;
@@ -293,9 +301,10 @@ impl Bench {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "\n## writ-bench: {} ({}); {} s per row in {} interleaved slices, {} s warm-up each; mix {}; {} CPUs, load {:.2} → {:.2}\n",
+            "\n## writ-bench: {} ({}); {} grants; {} s per row in {} interleaved slices, {} s warm-up each; mix {}; {} CPUs, load {:.2} → {:.2}\n",
             self.engine,
             self.database,
+            self.grants,
             self.seconds,
             self.slices,
             self.warmup,
