@@ -774,6 +774,16 @@ def check_submission_invariants(checks: Checks, db: Database, acked: dict[tuple[
     checks.check(f"{p}each repository's next_issue_index is past all its issue indexes", not reuse,
                  "" if not reuse else f"{reuse}")
 
+    # 10. Every receipt committed with its audit outcome: a created receipt and its call's
+    #     `tool_calls` outcome (201) are written in one transaction, so after any crash there
+    #     are exactly as many submit calls recorded as 201 as there are receipts.
+    if db.table_exists("tool_calls"):
+        audited = db.rows("SELECT COUNT(*) AS n FROM tool_calls "
+                          "WHERE lower(tool) = 'submit_agent_work_proposal' AND native_status = 201")
+        n = int(audited[0]["n"])
+        checks.check(f"{p}every receipt has exactly one submit call audited with 201",
+                     n == len(receipts), f"{n} audited 201s, {len(receipts)} receipts")
+
     # 9. Every receipt has its handoff evaluation.
     # ------------------------------------------------------------------------------------
     # HANDOFF EVALUATION INVARIANT (issue 4, admission.md). Until the handoff admission
