@@ -85,10 +85,13 @@ struct Gathered {
     health: BTreeMap<String, McpHealth>,
     snapshot_content: String,
     snapshot_digest: String,
+    /// The newest stored snapshot, when the current health is its content.
+    stored_snapshot: Option<i64>,
 }
 
 async fn gather(tx: &mut Tx, repository_id: i64) -> Result<Gathered> {
-    let rows = store::fs_history(tx, repository_id).await?;
+    let inputs = store::evaluation_inputs(tx, repository_id).await?;
+    let rows = inputs.fs;
     let changes = rows
         .iter()
         .map(|r| match r.action.as_str() {
@@ -106,8 +109,8 @@ async fn gather(tx: &mut Tx, repository_id: i64) -> Result<Gathered> {
         changes,
         latest_id: rows.last().map(|r| r.id),
     };
-    let health: BTreeMap<String, McpHealth> = store::all_health(tx)
-        .await?
+    let health: BTreeMap<String, McpHealth> = inputs
+        .health
         .into_iter()
         .map(|h| {
             let entry = McpHealth {
@@ -121,11 +124,16 @@ async fn gather(tx: &mut Tx, repository_id: i64) -> Result<Gathered> {
         .collect();
     let snapshot_content = serde_jcs::to_string(&health).map_err(anyhow::Error::from)?;
     let snapshot_digest = sha256_hex(snapshot_content.as_bytes());
+    let stored_snapshot = inputs
+        .latest_snapshot
+        .filter(|(_, digest)| *digest == snapshot_digest)
+        .map(|(id, _)| id);
     Ok(Gathered {
         fs,
         health,
         snapshot_content,
         snapshot_digest,
+        stored_snapshot,
     })
 }
 
@@ -168,7 +176,10 @@ fn view(
 /// The preview inside an open transaction; writes nothing.
 pub async fn preview_in(ctx: &Ctx, tx: &mut Tx, grant: &GrantRow) -> Result<PackageView> {
     let gathered = gather(tx, grant.repository_id).await?;
-    let snapshot_id = store::find_snapshot(tx, &gathered.snapshot_digest).await?;
+    let snapshot_id = match gathered.stored_snapshot {
+        Some(id) => Some(id),
+        None => store::find_snapshot(tx, &gathered.snapshot_digest).await?,
+    };
     view(ctx, grant, &gathered, Phase::Preview, snapshot_id, None)
 }
 
@@ -184,13 +195,18 @@ pub async fn persist_in(
     at: &str,
 ) -> Result<PackageView> {
     let gathered = gather(tx, grant.repository_id).await?;
-    let snapshot_id = store::capture_snapshot(
-        tx,
-        &gathered.snapshot_digest,
-        &gathered.snapshot_content,
-        at,
-    )
-    .await?;
+    let snapshot_id = match gathered.stored_snapshot {
+        Some(id) => id,
+        None => {
+            store::capture_snapshot(
+                tx,
+                &gathered.snapshot_digest,
+                &gathered.snapshot_content,
+                at,
+            )
+            .await?
+        }
+    };
     let mut package = view(ctx, grant, &gathered, phase, Some(snapshot_id), None)?;
     let count = |s: Status| package.decisions.iter().filter(|d| d.status == s).count() as i64;
     let decisions = serde_json::to_string(&package.decisions).map_err(anyhow::Error::from)?;

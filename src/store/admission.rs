@@ -1,7 +1,7 @@
 //! Admission records: catalogs, MCP health, snapshots, project filesystem
 //! context history, evaluations. Evaluations are never updated or deleted.
 
-use sea_query::{Expr, ExprTrait, OnConflict, Order, Query};
+use sea_query::{Expr, ExprTrait, OnConflict, Order, Query, UnionType};
 
 use super::schema::{
     AdmissionEvaluations, Catalogs, FsContextChanges, HealthSnapshots, McpHealth, Users,
@@ -293,4 +293,115 @@ pub async fn evaluations_of(tx: &mut Tx, grant_id: i64) -> StoreResult<Vec<Evalu
         .order_by(A::Id, Order::Asc)
         .to_owned();
     tx.fetch_all(&q).await
+}
+
+/// What an evaluation reads, fetched in one statement: the repository's
+/// project filesystem context history (oldest first), every MCP's health (by
+/// id), and the newest stored health snapshot (id, digest).
+#[derive(Debug, Clone, Default)]
+pub struct EvaluationInputs {
+    /// As [`fs_history`].
+    pub fs: Vec<FsChangeRow>,
+    /// As [`all_health`].
+    pub health: Vec<HealthRow>,
+    /// The newest snapshot, which the current health usually matches.
+    pub latest_snapshot: Option<(i64, String)>,
+}
+
+/// One row of [`evaluation_inputs`]' union: `kind` 0 is a filesystem change,
+/// 1 an MCP's health, 2 the newest snapshot; the other columns mean what
+/// their kind gives them.
+#[derive(Debug, sqlx::FromRow)]
+struct InputRow {
+    kind: i32,
+    id: Option<i64>,
+    a: Option<String>,
+    b: Option<String>,
+    c: Option<String>,
+    d: Option<String>,
+    installed: Option<bool>,
+    healthy: Option<bool>,
+}
+
+/// [`fs_history`], [`all_health`] and the newest snapshot as one `UNION ALL`
+/// (one round trip instead of three on every handoff and approval).
+pub async fn evaluation_inputs(tx: &mut Tx, repository_id: i64) -> StoreResult<EvaluationInputs> {
+    let c = FsContextChanges::Table;
+    let none_text = || Expr::val(Option::<String>::None);
+    let none_bool = || Expr::val(Option::<bool>::None);
+    let health = Query::select()
+        .expr_as(Expr::val(1i32), "kind")
+        .expr_as(Expr::val(Option::<i64>::None), "id")
+        .expr_as(Expr::col(McpHealth::McpId), "a")
+        .expr_as(Expr::col(McpHealth::Detail), "b")
+        .expr_as(Expr::col(McpHealth::CheckedAt), "c")
+        .expr_as(Expr::col(McpHealth::UpdatedBy), "d")
+        .expr_as(Expr::col(McpHealth::Installed), "installed")
+        .expr_as(Expr::col(McpHealth::Healthy), "healthy")
+        .from(McpHealth::Table)
+        .to_owned();
+    let newest = Query::select()
+        .expr(Expr::col(HealthSnapshots::Id).max())
+        .from(HealthSnapshots::Table)
+        .to_owned();
+    let snapshot = Query::select()
+        .expr_as(Expr::val(2i32), "kind")
+        .expr_as(Expr::col(HealthSnapshots::Id), "id")
+        .expr_as(Expr::col(HealthSnapshots::Digest), "a")
+        .expr_as(none_text(), "b")
+        .expr_as(none_text(), "c")
+        .expr_as(none_text(), "d")
+        .expr_as(none_bool(), "installed")
+        .expr_as(none_bool(), "healthy")
+        .from(HealthSnapshots::Table)
+        .and_where(Expr::col(HealthSnapshots::Id).in_subquery(newest))
+        .to_owned();
+    let q = Query::select()
+        .expr_as(Expr::val(0i32), "kind")
+        .expr_as(Expr::col((c, FsContextChanges::Id)), "id")
+        .expr_as(Expr::col((c, FsContextChanges::Action)), "a")
+        .expr_as(Expr::col((c, FsContextChanges::Capabilities)), "b")
+        .expr_as(Expr::col((c, FsContextChanges::At)), "c")
+        .expr_as(Expr::col((Users::Table, Users::Login)), "d")
+        .expr_as(none_bool(), "installed")
+        .expr_as(none_bool(), "healthy")
+        .from(c)
+        .inner_join(
+            Users::Table,
+            Expr::col((Users::Table, Users::Id)).equals((c, FsContextChanges::ActorId)),
+        )
+        .and_where(Expr::col((c, FsContextChanges::RepositoryId)).eq(repository_id))
+        .union(UnionType::All, health)
+        .union(UnionType::All, snapshot)
+        .to_owned();
+    let mut inputs = EvaluationInputs::default();
+    for row in tx.fetch_all::<InputRow>(&q).await? {
+        let text = |v: Option<String>| v.unwrap_or_default();
+        match (row.kind, row.id) {
+            (0, Some(id)) => inputs.fs.push(FsChangeRow {
+                id,
+                action: text(row.a),
+                capabilities: text(row.b),
+                at: text(row.c),
+                actor_login: text(row.d),
+            }),
+            (1, _) => inputs.health.push(HealthRow {
+                mcp_id: text(row.a),
+                detail: text(row.b),
+                checked_at: text(row.c),
+                updated_by: text(row.d),
+                installed: row.installed.unwrap_or(false),
+                healthy: row.healthy.unwrap_or(false),
+            }),
+            (2, Some(id)) => inputs.latest_snapshot = Some((id, text(row.a))),
+            _ => {
+                return Err(sqlx::Error::Protocol(
+                    "unexpected evaluation input row".into(),
+                ));
+            }
+        }
+    }
+    inputs.fs.sort_by_key(|r| r.id);
+    inputs.health.sort_by(|x, y| x.mcp_id.cmp(&y.mcp_id));
+    Ok(inputs)
 }
