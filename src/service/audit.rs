@@ -204,19 +204,10 @@ pub fn prepare_api(caller: &mut Caller, tool: Tool, call: &CallInfo<'_>) -> Resu
 /// was committed before (MCP). Unaudited callers get a plain read or write
 /// transaction.
 pub async fn open(ctx: &Ctx, caller: &Caller, access: Access) -> Result<Tx> {
-    let Some(record) = caller.audit.as_deref() else {
-        return Ok(match access {
-            Access::Read => ctx.store.read().await?,
-            Access::Write => ctx.store.write().await?,
-        });
+    let audited = caller.audit.as_deref().map(|r| (r, r.settled()));
+    let Some((record, state)) = audited.filter(|(_, state)| *state != State::Done) else {
+        return plain(ctx, access).await;
     };
-    let state = record.settled();
-    if state == State::Done {
-        return Ok(match access {
-            Access::Read => ctx.store.read().await?,
-            Access::Write => ctx.store.write().await?,
-        });
-    }
     let mut tx = match access {
         Access::Read => ctx.store.write_snapshot().await,
         Access::Write => ctx.store.write().await,
@@ -241,6 +232,14 @@ pub async fn open(ctx: &Ctx, caller: &Caller, access: Access) -> Result<Tx> {
     };
     record.set(next);
     Ok(tx)
+}
+
+/// A read or write transaction with no audit record in it.
+async fn plain(ctx: &Ctx, access: Access) -> Result<Tx> {
+    Ok(match access {
+        Access::Read => ctx.store.read().await?,
+        Access::Write => ctx.store.write().await?,
+    })
 }
 
 /// Adds the outcome of the caller's audited call inside the transaction

@@ -384,8 +384,7 @@ async fn locate_for_form(
 ) -> Result<Located> {
     let user = signed_in(session)?;
     let (repo, perm) = readable_repo(tx, target.owner, target.repo, user.id).await?;
-    grants::lock_grant(tx, target.id.0).await?;
-    let grant = grants::grant_by_id(tx, target.id.0)
+    let grant = grants::grant_by_id_locked(tx, target.id.0)
         .await?
         .filter(|g| g.repository_id == repo.id)
         .ok_or(Error::NotFound)?;

@@ -139,18 +139,6 @@ pub(super) fn select_grant() -> SelectStatement {
     q
 }
 
-/// Takes the grant's row lock (`FOR UPDATE` on PostgreSQL; on SQLite the
-/// `BEGIN IMMEDIATE` write transaction already serializes). True if it exists.
-pub async fn lock_grant(tx: &mut Tx, id: i64) -> StoreResult<bool> {
-    let q = Query::select()
-        .column(Grants::Id)
-        .from(Grants::Table)
-        .and_where(Expr::col(Grants::Id).eq(id))
-        .lock(LockType::Update)
-        .to_owned();
-    Ok(tx.fetch_optional::<(i64,)>(&q).await?.is_some())
-}
-
 /// Reads one grant.
 pub async fn grant_by_id(tx: &mut Tx, id: i64) -> StoreResult<Option<GrantRow>> {
     let q = select_grant()
@@ -166,10 +154,16 @@ pub async fn grant_by_id_locked(tx: &mut Tx, id: i64) -> StoreResult<Option<Gran
     let mut q = select_grant()
         .and_where(Expr::col((Grants::Table, Grants::Id)).eq(id))
         .to_owned();
+    lock_grant_row(tx, &mut q);
+    tx.fetch_optional(&q).await
+}
+
+/// Makes a grant read take the grant's row lock: `FOR UPDATE OF grants` on
+/// PostgreSQL; on SQLite the write transaction already serializes.
+fn lock_grant_row(tx: &Tx, q: &mut SelectStatement) {
     if tx.backend() == Backend::Postgres {
         q.lock_with_tables(LockType::Update, [Grants::Table]);
     }
-    tx.fetch_optional(&q).await
 }
 
 /// A locked grant and whether it holds a receipt under a request key.
@@ -201,9 +195,7 @@ pub async fn grant_with_key_locked(
         )
         .and_where(Expr::col((Grants::Table, Grants::Id)).eq(id))
         .to_owned();
-    if tx.backend() == Backend::Postgres {
-        q.lock_with_tables(LockType::Update, [Grants::Table]);
-    }
+    lock_grant_row(tx, &mut q);
     tx.fetch_optional(&q).await
 }
 
