@@ -183,17 +183,61 @@ pub async fn preview_in(ctx: &Ctx, tx: &mut Tx, grant: &GrantRow) -> Result<Pack
     view(ctx, grant, &gathered, Phase::Preview, snapshot_id, None)
 }
 
-/// Evaluates and persists (approval or handoff) inside the caller's
-/// transaction: the snapshot is captured and the evaluation stored with it,
-/// evaluated at `at`.
-pub async fn persist_in(
+/// An evaluation made inside the caller's transaction and not stored yet:
+/// the snapshot it judged is captured, the record is ready to insert (alone,
+/// with [`persist_in`], or together with the handoff's writes).
+pub struct Pending {
+    /// The package as it will be answered (without its evaluation id).
+    pub package: PackageView,
+    phase: Phase,
+    snapshot_id: i64,
+    decisions: String,
+}
+
+impl Pending {
+    /// The evaluation record, made by `actor_id` at `at`.
+    pub fn record<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        grant: &'a GrantRow,
+        actor_id: i64,
+        at: &'a str,
+    ) -> NewEvaluation<'a> {
+        let count = |s: Status| {
+            self.package
+                .decisions
+                .iter()
+                .filter(|d| d.status == s)
+                .count() as i64
+        };
+        NewEvaluation {
+            grant_id: grant.id,
+            phase: self.phase.as_str(),
+            status: self.package.status,
+            retryable: self.package.retryable,
+            blocked_count: count(Status::Blocked),
+            warning_count: count(Status::Warning),
+            snapshot_id: self.snapshot_id,
+            catalog_version: &ctx.catalog.version,
+            filesystem_grant_id: self.package.filesystem_grant_id,
+            proposal_digest: &grant.proposal_digest,
+            decisions: &self.decisions,
+            actor_id,
+            now: at,
+        }
+    }
+}
+
+/// Evaluates (approval or handoff) inside the caller's transaction at `at`:
+/// reads the inputs, captures the snapshot if it is new, decides. The
+/// evaluation record is not written yet (see [`Pending`]).
+pub async fn evaluate_in(
     ctx: &Ctx,
     tx: &mut Tx,
     grant: &GrantRow,
     phase: Phase,
-    actor_id: i64,
     at: &str,
-) -> Result<PackageView> {
+) -> Result<Pending> {
     let gathered = gather(tx, grant.repository_id).await?;
     let snapshot_id = match gathered.stored_snapshot {
         Some(id) => id,
@@ -207,28 +251,42 @@ pub async fn persist_in(
             .await?
         }
     };
-    let mut package = view(ctx, grant, &gathered, phase, Some(snapshot_id), None)?;
-    let count = |s: Status| package.decisions.iter().filter(|d| d.status == s).count() as i64;
+    let package = view(ctx, grant, &gathered, phase, Some(snapshot_id), None)?;
     let decisions = serde_json::to_string(&package.decisions).map_err(anyhow::Error::from)?;
-    let id = store::insert_evaluation(
-        tx,
-        NewEvaluation {
-            grant_id: grant.id,
-            phase: phase.as_str(),
-            status: package.status,
-            retryable: package.retryable,
-            blocked_count: count(Status::Blocked),
-            warning_count: count(Status::Warning),
-            snapshot_id,
-            catalog_version: &ctx.catalog.version,
-            filesystem_grant_id: package.filesystem_grant_id,
-            proposal_digest: &grant.proposal_digest,
-            decisions: &decisions,
-            actor_id,
-            now: at,
-        },
-    )
-    .await?;
+    Ok(Pending {
+        package,
+        phase,
+        snapshot_id,
+        decisions,
+    })
+}
+
+/// Evaluates and persists (approval or handoff) inside the caller's
+/// transaction: the snapshot is captured and the evaluation stored with it,
+/// evaluated at `at`.
+pub async fn persist_in(
+    ctx: &Ctx,
+    tx: &mut Tx,
+    grant: &GrantRow,
+    phase: Phase,
+    actor_id: i64,
+    at: &str,
+) -> Result<PackageView> {
+    let pending = evaluate_in(ctx, tx, grant, phase, at).await?;
+    store_pending(ctx, tx, grant, pending, actor_id, at).await
+}
+
+/// Stores a [`Pending`] evaluation alone and returns its package with the id.
+pub async fn store_pending(
+    ctx: &Ctx,
+    tx: &mut Tx,
+    grant: &GrantRow,
+    pending: Pending,
+    actor_id: i64,
+    at: &str,
+) -> Result<PackageView> {
+    let id = store::insert_evaluation(tx, pending.record(ctx, grant, actor_id, at)).await?;
+    let mut package = pending.package;
     package.evaluation_id = Some(id);
     Ok(package)
 }

@@ -272,6 +272,63 @@ pub async fn complete_in(
     Ok(())
 }
 
+/// For a write that adds the outcome in its own statement (see
+/// `store::issues::Handoff`): the record to complete and the time, if the
+/// caller is audited and its record is in this transaction. Call
+/// [`completed_in`] once that statement succeeded.
+pub fn outcome_target(caller: &Caller) -> Option<(i64, String)> {
+    match caller.audit.as_deref()?.get() {
+        State::InTx { id, .. } => Some((id, now().to_text())),
+        _ => None,
+    }
+}
+
+/// Marks the caller's record as completed inside the transaction (its
+/// outcome was written by the statement [`outcome_target`] fed).
+pub fn completed_in(caller: &Caller) {
+    if let Some(record) = caller.audit.as_deref()
+        && let State::InTx { id, fresh, .. } = record.get()
+    {
+        record.set(State::InTx {
+            id,
+            fresh,
+            completed: true,
+        });
+    }
+}
+
+/// After a write that carried the outcome in the same statement as the
+/// operation's writes failed with `err` (its transaction already dropped):
+/// finds out whether writing the outcome was what failed, by writing a copy
+/// of the record and completing it in a transaction that is rolled back. If
+/// that fails too the call is refused as `audit_unavailable`; otherwise
+/// `err` stands. Only refusals of the store are probed; the fast path never
+/// pays for it.
+pub async fn classify_failed_write(ctx: &Ctx, caller: &Caller, err: Error) -> Error {
+    let Some(record) = caller.audit.as_deref() else {
+        return err;
+    };
+    if !matches!(err, Error::Internal(_)) {
+        return err;
+    }
+    let probe = async {
+        let mut tx = ctx.store.write().await?;
+        let id = store::insert_call(&mut tx, &record.call, None).await?;
+        let at = now().to_text();
+        let outcome = Outcome {
+            native_status: Some(201),
+            error_code: None,
+            at: &at,
+        };
+        store::complete_call(&mut tx, id, outcome).await?;
+        tx.rollback().await
+    };
+    match probe.await {
+        Ok(()) => err,
+        Err(e) => fail_closed(e),
+    }
+}
+
 /// Commits a transaction begun by [`open`]; from then on the caller's
 /// record is durable (with its outcome, if [`complete_in`] added it).
 pub async fn commit(tx: Tx, caller: &Caller) -> Result<()> {

@@ -14,9 +14,9 @@ use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::scope::Scope;
 use crate::domain::submission::content_digest;
 use crate::domain::text::check_title;
-use crate::store::grants::{self, GrantRow};
-use crate::store::issues::{self, NewIssue, NewSubmission, SubmissionRow};
-use crate::store::schema::Grants;
+use crate::store::audit::Outcome as CallOutcome;
+use crate::store::grants::GrantRow;
+use crate::store::issues::{self, HandedOff, Handoff, SubmissionRow};
 use crate::store::{Tx, is_unique_violation};
 
 /// A validated submission.
@@ -113,9 +113,11 @@ pub async fn submit(
             drop(tx);
             return resolve_after_race(ctx, caller, owner, repo, id, input, &content).await;
         }
-        Err(e) => return Err(e),
+        Err(e) => {
+            drop(tx);
+            return Err(audit::classify_failed_write(ctx, caller, e).await);
+        }
     };
-    audit::complete_in(&mut tx, caller, 201, None).await?;
     audit::commit(tx, caller).await?;
     Ok(Receipt {
         outcome: Outcome::Created,
@@ -197,61 +199,54 @@ async fn create(
             .unwrap_or_else(Error::from)
     })?;
     let text = at.to_text();
-    let package =
-        admission::persist_in(ctx, tx, grant, Phase::Handoff, caller.user_id, &text).await?;
-    if package.blocked() {
+    let pending = admission::evaluate_in(ctx, tx, grant, Phase::Handoff, &text).await?;
+    if pending.package.blocked() {
+        let package =
+            admission::store_pending(ctx, tx, grant, pending, caller.user_id, &text).await?;
         return Ok(Created::Blocked(package));
     }
-    let evaluation_id = package.evaluation_id;
-    let index = issues::allocate_index(tx, grant.repository_id).await?;
-    let issue_id = issues::insert_issue(
+    let full_name = format!("{}/{}", grant.repo_owner, grant.repo_name);
+    let url_prefix = format!("{}/{full_name}/issues/", ctx.config.public_base());
+    let count = grant.submission_count + 1;
+    let audit = audit::outcome_target(caller);
+    let written = issues::hand_off(
         tx,
-        NewIssue {
-            repository_id: grant.repository_id,
-            index,
+        &Handoff {
+            evaluation: pending.record(ctx, grant, caller.user_id, &text),
             title: &input.title,
             body: &input.body,
-            poster_id: caller.user_id,
-            now: &text,
-        },
-    )
-    .await?;
-    let full_name = format!("{}/{}", grant.repo_owner, grant.repo_name);
-    let url = format!("{}/{full_name}/issues/{index}", ctx.config.public_base());
-    let submission_id = issues::insert_submission(
-        tx,
-        NewSubmission {
-            grant_id: grant.id,
             request_key: input.request_key.as_str(),
             content_digest: content,
-            proposal_digest: input.triple.digest.as_str(),
             agent_id: caller.user_id,
-            issue_id,
-            issue_index: index,
             repository_id: grant.repository_id,
             repository_full_name: &full_name,
-            issue_url: &url,
-            evaluation_id,
-            now: &text,
+            issue_url_prefix: &url_prefix,
+            submission_count: count,
+            audit: audit.as_ref().map(|(id, at)| {
+                (
+                    *id,
+                    CallOutcome {
+                        native_status: Some(201),
+                        error_code: None,
+                        at,
+                    },
+                )
+            }),
         },
     )
     .await?;
-    let count = grant.submission_count + 1;
-    let bumped = grants::update_grant(
-        tx,
-        grant.id,
-        None,
-        vec![
-            (Grants::SubmissionCount, count.into()),
-            (Grants::UpdatedAt, text.clone().into()),
-        ],
-    )
-    .await?;
-    if bumped != 1 {
-        return Err(Error::Internal(anyhow::anyhow!(
-            "grant row vanished during submit"
-        )));
+    if audit.is_some() {
+        audit::completed_in(caller);
     }
+    let HandedOff {
+        evaluation_id,
+        issue_id,
+        issue_index: index,
+        submission_id,
+    } = written;
+    let evaluation_id = Some(evaluation_id);
+    let package = pending.package;
+    let url = format!("{url_prefix}{index}");
     let after = GrantRow {
         submission_count: count,
         updated_at: text.clone(),

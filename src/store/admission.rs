@@ -1,7 +1,7 @@
 //! Admission records: catalogs, MCP health, snapshots, project filesystem
 //! context history, evaluations. Evaluations are never updated or deleted.
 
-use sea_query::{Expr, ExprTrait, OnConflict, Order, Query, UnionType};
+use sea_query::{Expr, ExprTrait, InsertStatement, OnConflict, Order, Query, UnionType};
 
 use super::schema::{
     AdmissionEvaluations, Catalogs, FsContextChanges, HealthSnapshots, McpHealth, Users,
@@ -234,8 +234,13 @@ pub struct NewEvaluation<'a> {
 
 /// Persists an evaluation and returns its id.
 pub async fn insert_evaluation(tx: &mut Tx, e: NewEvaluation<'_>) -> StoreResult<i64> {
+    Ok(tx.fetch_one::<(i64,)>(&evaluation_insert(&e)).await?.0)
+}
+
+/// The insert of an evaluation, returning its id.
+pub(super) fn evaluation_insert(e: &NewEvaluation<'_>) -> InsertStatement {
     use AdmissionEvaluations as A;
-    let q = Query::insert()
+    Query::insert()
         .into_table(A::Table)
         .columns([
             A::GrantId,
@@ -268,8 +273,7 @@ pub async fn insert_evaluation(tx: &mut Tx, e: NewEvaluation<'_>) -> StoreResult
             e.now.into(),
         ])
         .returning_col(A::Id)
-        .to_owned();
-    Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
+        .to_owned()
 }
 
 /// A grant's evaluations, oldest first.

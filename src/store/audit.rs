@@ -3,7 +3,7 @@
 //! decision's) and completed once with its outcome. Rows are never deleted (the schema's
 //! triggers refuse it, and any other update).
 
-use sea_query::{Expr, ExprTrait, Iden, Query};
+use sea_query::{Expr, ExprTrait, Iden, Query, UpdateStatement};
 
 use super::{StoreResult, Tx};
 
@@ -143,8 +143,13 @@ pub async fn insert_call(
 /// Adds the outcome to a call not completed yet; returns the rows changed
 /// (0 when it was already completed).
 pub async fn complete_call(tx: &mut Tx, id: i64, outcome: Outcome<'_>) -> StoreResult<u64> {
+    tx.execute(&call_completion(id, outcome)).await
+}
+
+/// The update that adds the outcome to a call not completed yet.
+pub(super) fn call_completion(id: i64, outcome: Outcome<'_>) -> UpdateStatement {
     use ToolCalls as T;
-    let q = Query::update()
+    Query::update()
         .table(T::Table)
         .values([
             (
@@ -156,6 +161,5 @@ pub async fn complete_call(tx: &mut Tx, id: i64, outcome: Outcome<'_>) -> StoreR
         ])
         .and_where(Expr::col(T::Id).eq(id))
         .and_where(Expr::col(T::CompletedAt).is_null())
-        .to_owned();
-    tx.execute(&q).await
+        .to_owned()
 }

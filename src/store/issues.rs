@@ -1,9 +1,15 @@
 //! Issues and submission receipts.
 
-use sea_query::{Expr, ExprTrait, JoinType, Order, Query, SelectStatement};
+use sea_query::{
+    BinOper, CommonTableExpression, Expr, ExprTrait, InsertStatement, JoinType, Order, Query,
+    SelectStatement, SubQueryStatement, UpdateStatement, WithClause,
+};
+use sqlx::Row;
 
-use super::schema::{AdmissionEvaluations, Issues, Repositories, Submissions, Users};
-use super::{StoreResult, Tx};
+use super::admission::{NewEvaluation, evaluation_insert};
+use super::audit::{Outcome, ToolCalls, call_completion};
+use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions, Users};
+use super::{Backend, SqliteStatement, StoreResult, Tx};
 
 /// Allocates the next per-repository issue index (never reused: the counter
 /// only grows, also across deletions and transfers).
@@ -317,4 +323,269 @@ pub async fn insert_submission(tx: &mut Tx, s: NewSubmission<'_>) -> StoreResult
         .returning_col(Submissions::Id)
         .to_owned();
     Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
+}
+
+/// Everything a successful handoff writes, in one round trip: the handoff
+/// evaluation, the next issue index, the issue, the receipt, the grant's
+/// counter and, for an audited call, the call's outcome.
+pub struct Handoff<'a> {
+    /// The handoff evaluation (status allowed or warning).
+    pub evaluation: NewEvaluation<'a>,
+    /// The issue's title, stored byte-for-byte.
+    pub title: &'a str,
+    /// The issue's body, stored byte-for-byte.
+    pub body: &'a str,
+    /// The receipt's request key.
+    pub request_key: &'a str,
+    /// The receipt's content digest.
+    pub content_digest: &'a str,
+    /// The poster of the issue and agent of the receipt.
+    pub agent_id: i64,
+    /// Where the issue goes.
+    pub repository_id: i64,
+    /// `owner/name` at submission time.
+    pub repository_full_name: &'a str,
+    /// The issue URL without its index (`…/owner/name/issues/`).
+    pub issue_url_prefix: &'a str,
+    /// The grant's counter after this submission.
+    pub submission_count: i64,
+    /// The audited call's record and outcome, if the call is audited.
+    pub audit: Option<(i64, Outcome<'a>)>,
+}
+
+/// The ids a [`hand_off`] wrote.
+#[derive(Debug, Clone, Copy)]
+pub struct HandedOff {
+    pub evaluation_id: i64,
+    pub issue_id: i64,
+    pub issue_index: i64,
+    pub submission_id: i64,
+}
+
+const RECEIPT_COLUMNS: [Submissions; 12] = [
+    Submissions::GrantId,
+    Submissions::RequestKey,
+    Submissions::ContentDigest,
+    Submissions::ProposalDigest,
+    Submissions::AgentId,
+    Submissions::IssueId,
+    Submissions::IssueIndex,
+    Submissions::RepositoryId,
+    Submissions::RepositoryFullName,
+    Submissions::IssueUrl,
+    Submissions::EvaluationId,
+    Submissions::CreatedAt,
+];
+
+const ISSUE_COLUMNS: [Issues; 6] = [
+    Issues::RepositoryId,
+    Issues::IssueIndex,
+    Issues::Title,
+    Issues::Body,
+    Issues::PosterId,
+    Issues::CreatedAt,
+];
+
+/// Writes a handoff (see [`Handoff`]) with one statement on PostgreSQL
+/// (data-modifying `WITH`) and one script on SQLite (one hand-off to the
+/// connection's thread). The grant row must be locked by the caller. A
+/// unique violation on `(grant_id, request_key)` is returned as is.
+pub async fn hand_off(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff> {
+    match tx.backend() {
+        Backend::Postgres => hand_off_postgres(tx, h).await,
+        Backend::Sqlite => hand_off_sqlite(tx, h).await,
+    }
+}
+
+/// The issue insert, its index read from `index_source` (a table with the
+/// repository's `next_issue_index` after the bump).
+fn issue_from(h: &Handoff<'_>, index: Expr, source: SelectStatement) -> InsertStatement {
+    let mut select = source;
+    select
+        .expr(Expr::val(h.repository_id))
+        .expr(index)
+        .expr(Expr::val(h.title))
+        .expr(Expr::val(h.body))
+        .expr(Expr::val(h.agent_id))
+        .expr(Expr::val(h.evaluation.now));
+    Query::insert()
+        .into_table(Issues::Table)
+        .columns(ISSUE_COLUMNS)
+        .select_from(select)
+        .expect("six columns, six values")
+        .returning(Query::returning().columns([Issues::Id, Issues::IssueIndex]))
+        .to_owned()
+}
+
+/// The receipt insert, its issue and evaluation read from `source`.
+fn receipt_from(
+    h: &Handoff<'_>,
+    issue: (Expr, Expr),
+    evaluation: Expr,
+    source: SelectStatement,
+) -> InsertStatement {
+    let (issue_id, issue_index) = issue;
+    let mut select = source;
+    select
+        .expr(Expr::val(h.evaluation.grant_id))
+        .expr(Expr::val(h.request_key))
+        .expr(Expr::val(h.content_digest))
+        .expr(Expr::val(h.evaluation.proposal_digest))
+        .expr(Expr::val(h.agent_id))
+        .expr(issue_id)
+        .expr(issue_index.clone())
+        .expr(Expr::val(h.repository_id))
+        .expr(Expr::val(h.repository_full_name))
+        .expr(Expr::val(h.issue_url_prefix).binary(BinOper::Custom("||"), issue_index))
+        .expr(evaluation)
+        .expr(Expr::val(h.evaluation.now));
+    Query::insert()
+        .into_table(Submissions::Table)
+        .columns(RECEIPT_COLUMNS)
+        .select_from(select)
+        .expect("twelve columns, twelve values")
+        .returning_col(Submissions::Id)
+        .to_owned()
+}
+
+fn bump_index(repository_id: i64) -> UpdateStatement {
+    Query::update()
+        .table(Repositories::Table)
+        .value(
+            Repositories::NextIssueIndex,
+            Expr::col(Repositories::NextIssueIndex).add(1),
+        )
+        .and_where(Expr::col(Repositories::Id).eq(repository_id))
+        .to_owned()
+}
+
+fn bump_counter(h: &Handoff<'_>) -> UpdateStatement {
+    Query::update()
+        .table(Grants::Table)
+        .value(Grants::SubmissionCount, h.submission_count)
+        .value(Grants::UpdatedAt, h.evaluation.now)
+        .and_where(Expr::col(Grants::Id).eq(h.evaluation.grant_id))
+        .to_owned()
+}
+
+async fn hand_off_postgres(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff> {
+    let cte = |name: &str, query: SubQueryStatement| {
+        CommonTableExpression::new()
+            .query(query)
+            .table_name(name.to_owned())
+            .to_owned()
+    };
+    let next = Expr::col(("ix", Repositories::NextIssueIndex)).sub(1);
+    let issue = issue_from(h, next, Query::select().from("ix").to_owned());
+    let receipt = receipt_from(
+        h,
+        (
+            Expr::col(("iss", Issues::Id)),
+            Expr::col(("iss", Issues::IssueIndex)),
+        ),
+        Expr::col(("ev", AdmissionEvaluations::Id)),
+        Query::select().from("iss").from("ev").to_owned(),
+    );
+    let mut with = WithClause::new();
+    with.cte(cte("ev", evaluation_insert(&h.evaluation).into()))
+        .cte(cte(
+            "ix",
+            bump_index(h.repository_id)
+                .returning_col(Repositories::NextIssueIndex)
+                .to_owned()
+                .into(),
+        ))
+        .cte(cte("iss", issue.into()))
+        .cte(cte("sub", receipt.into()))
+        .cte(cte(
+            "g",
+            bump_counter(h).returning_col(Grants::Id).to_owned().into(),
+        ));
+    let mut select = Query::select();
+    select
+        .expr(Expr::col(("ev", AdmissionEvaluations::Id)))
+        .expr(Expr::col(("iss", Issues::Id)))
+        .expr(Expr::col(("iss", Issues::IssueIndex)))
+        .expr(Expr::col(("sub", Submissions::Id)))
+        .from("ev")
+        .from("iss")
+        .from("sub")
+        .from("g");
+    if let Some((id, outcome)) = h.audit {
+        with.cte(cte(
+            "au",
+            call_completion(id, outcome)
+                .returning_col(ToolCalls::Id)
+                .to_owned()
+                .into(),
+        ));
+        select.from("au");
+    }
+    let q = select.with(with);
+    let (evaluation_id, issue_id, issue_index, submission_id) =
+        tx.fetch_one::<(i64, i64, i64, i64)>(&q).await?;
+    Ok(HandedOff {
+        evaluation_id,
+        issue_id,
+        issue_index,
+        submission_id,
+    })
+}
+
+async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff> {
+    let evaluation = evaluation_insert(&h.evaluation);
+    let index = bump_index(h.repository_id);
+    let issue = issue_from(
+        h,
+        Expr::col(Repositories::NextIssueIndex).sub(1),
+        Query::select()
+            .from(Repositories::Table)
+            .and_where(Expr::col(Repositories::Id).eq(h.repository_id))
+            .to_owned(),
+    );
+    // The script's issue is the connection's last inserted row; its
+    // evaluation the grant's newest (the grant row is locked and SQLite
+    // has one writer).
+    let newest_evaluation = Query::select()
+        .expr(Expr::col(AdmissionEvaluations::Id).max())
+        .from(AdmissionEvaluations::Table)
+        .and_where(Expr::col(AdmissionEvaluations::GrantId).eq(h.evaluation.grant_id))
+        .to_owned();
+    let receipt = receipt_from(
+        h,
+        (
+            Expr::col((Issues::Table, Issues::Id)),
+            Expr::col((Issues::Table, Issues::IssueIndex)),
+        ),
+        newest_evaluation.into(),
+        Query::select()
+            .from(Issues::Table)
+            .and_where(Expr::col((Issues::Table, Issues::Id)).eq(Expr::cust("last_insert_rowid()")))
+            .to_owned(),
+    );
+    let counter = bump_counter(h);
+    let completion = h.audit.map(|(id, outcome)| call_completion(id, outcome));
+    let mut statements: Vec<&(dyn SqliteStatement + Sync)> =
+        vec![&evaluation, &index, &issue, &receipt, &counter];
+    if let Some(completion) = &completion {
+        statements.push(completion);
+    }
+    let steps = tx.sqlite_script(&statements).await?;
+    let first = |step: usize, col: usize| -> StoreResult<i64> {
+        let row = steps
+            .get(step)
+            .and_then(|s| s.rows.first())
+            .ok_or(sqlx::Error::RowNotFound)?;
+        row.try_get(col)
+    };
+    let changed = |step: usize| steps.get(step).map_or(0, |s| s.changed);
+    if changed(4) != 1 || (completion.is_some() && changed(5) != 1) {
+        return Err(sqlx::Error::RowNotFound);
+    }
+    Ok(HandedOff {
+        evaluation_id: first(0, 0)?,
+        issue_id: first(2, 0)?,
+        issue_index: first(2, 1)?,
+        submission_id: first(3, 0)?,
+    })
 }

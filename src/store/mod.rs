@@ -300,6 +300,55 @@ impl Tx {
         })
     }
 
+    /// SQLite only: runs `statements` as one script, in one call to the
+    /// connection's worker thread (sqlx runs each SQLite call there, and a
+    /// hand-off costs more than a small statement). Returns each
+    /// statement's rows and changed-row count, in order. Parameters are the
+    /// anonymous `?` of each statement, bound in order across the script.
+    /// Stops at the first failing statement, whose error is returned.
+    pub async fn sqlite_script(
+        &mut self,
+        statements: &[&(dyn SqliteStatement + Sync)],
+    ) -> StoreResult<Vec<ScriptStep>> {
+        use futures_util::TryStreamExt;
+        let mut sql = String::new();
+        let mut values = Vec::new();
+        for statement in statements {
+            let (text, sea_query::Values(mut v)) = statement.build_sqlite();
+            sql.push_str(&text);
+            sql.push_str(";\n");
+            values.append(&mut v);
+        }
+        let conn: &mut sqlx::SqliteConnection = match self {
+            Tx::Sqlite(tx) => tx,
+            Tx::Batch(tx) => tx.conn(),
+            Tx::SqliteSingle(c) => c,
+            Tx::Postgres(_) | Tx::PostgresSingle(_) => {
+                return Err(sqlx::Error::Protocol(
+                    "a SQLite script on PostgreSQL".into(),
+                ));
+            }
+        };
+        #[allow(deprecated)] // the multi-statement query is SQLite's, kept by sqlx
+        let mut stream = sqlx::query_with(
+            AssertSqlSafe(sql),
+            sea_query_sqlx::SqlxValues(sea_query::Values(values)),
+        )
+        .fetch_many(conn);
+        let mut steps = Vec::with_capacity(statements.len());
+        let mut rows = Vec::new();
+        while let Some(item) = stream.try_next().await? {
+            match item {
+                sqlx::Either::Right(row) => rows.push(row),
+                sqlx::Either::Left(done) => steps.push(ScriptStep {
+                    rows: std::mem::take(&mut rows),
+                    changed: done.rows_affected(),
+                }),
+            }
+        }
+        Ok(steps)
+    }
+
     /// Commits; only after this returns may a 2xx be sent.
     pub async fn commit(self) -> StoreResult<()> {
         match self {
@@ -322,6 +371,27 @@ impl Tx {
             Tx::SqliteSingle(_) | Tx::PostgresSingle(_) => Ok(()),
         }
     }
+}
+
+/// A statement that can be part of a [`Tx::sqlite_script`].
+pub trait SqliteStatement {
+    /// The statement rendered for SQLite, with its values.
+    fn build_sqlite(&self) -> (String, sea_query::Values);
+}
+
+impl<T: sea_query::QueryStatementWriter> SqliteStatement for T {
+    fn build_sqlite(&self) -> (String, sea_query::Values) {
+        self.build(SqliteQueryBuilder)
+    }
+}
+
+/// One statement's result in a [`Tx::sqlite_script`].
+#[derive(Debug)]
+pub struct ScriptStep {
+    /// The rows it returned (`RETURNING`).
+    pub rows: Vec<SqliteRow>,
+    /// The rows it changed.
+    pub changed: u64,
 }
 
 /// True when `err` is a unique-constraint violation.
