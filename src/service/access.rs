@@ -19,6 +19,12 @@ fn effective(repo: &RepoRow, collaborator: Option<&str>, user_id: i64) -> Option
     })
 }
 
+/// The user's permission on `repo` from facts read already; 404 when the
+/// user cannot read it, exactly as if it did not exist.
+pub fn readable(repo: &RepoRow, collaborator: Option<&str>, user_id: i64) -> Result<Permission> {
+    effective(repo, collaborator, user_id).ok_or(Error::NotFound)
+}
+
 /// The repository `owner/name` if the user can read it now; 404 otherwise,
 /// exactly as if it did not exist.
 pub async fn readable_repo(

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::access::readable_repo;
+use super::access::{readable, readable_repo};
 use super::audit::{self, Access};
 use super::auth::Caller;
 use super::view::GrantView;
@@ -129,14 +129,9 @@ pub async fn locate(
     id: GrantId,
     lock: bool,
 ) -> Result<GrantRow> {
-    let repo = reachable_repo(tx, caller, owner, repo).await?;
-    let row = if lock {
-        grants::grant_by_id_locked(tx, id.0).await?
-    } else {
-        grants::grant_by_id(tx, id.0).await?
-    };
-    row.filter(|g| is_callers(g, &repo, caller))
-        .ok_or(Error::NotFound)
+    find(tx, caller, owner, repo, id, lock, None)
+        .await
+        .map(|(grant, _)| grant)
 }
 
 /// [`locate`] with the lock, for a submit: also the id of the grant's
@@ -149,12 +144,53 @@ pub async fn locate_for_key(
     id: GrantId,
     request_key: &str,
 ) -> Result<(GrantRow, Option<i64>)> {
-    let repo = reachable_repo(tx, caller, owner, repo).await?;
-    grants::grant_with_key_locked(tx, id.0, request_key)
-        .await?
-        .filter(|r| is_callers(&r.grant, &repo, caller))
-        .map(|r| (r.grant, r.key_submission_id))
-        .ok_or(Error::NotFound)
+    find(tx, caller, owner, repo, id, true, Some(request_key)).await
+}
+
+/// One statement finds the grant through its route with the repository
+/// facts the read rule needs; only when it finds nothing is the repository
+/// looked up alone, to tell a 404 or 403 for the repository from a 404 for
+/// the grant (the same answers, in the same order, as looking up the
+/// repository first).
+async fn find(
+    tx: &mut Tx,
+    caller: &Caller,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    lock: bool,
+    request_key: Option<&str>,
+) -> Result<(GrantRow, Option<i64>)> {
+    let query = grants::AgentGrantQuery {
+        id: id.0,
+        owner,
+        name: repo,
+        agent_id: caller.user_id,
+        request_key,
+        lock,
+    };
+    let found = match audit::deferred_record(caller) {
+        Some(call) => {
+            let (id, found) = grants::agent_grant_recorded(tx, query, call)
+                .await
+                .map_err(audit::fail_closed)?;
+            audit::written_in(caller, id);
+            found
+        }
+        None => grants::agent_grant_in_repo(tx, query).await?,
+    };
+    let Some(found) = found else {
+        reachable_repo(tx, caller, owner, repo).await?;
+        return Err(Error::NotFound);
+    };
+    let repo = found.repo();
+    readable(
+        &repo,
+        found.collaborator_permission.as_deref(),
+        caller.user_id,
+    )?;
+    reaches(caller, &repo)?;
+    Ok((found.grant, found.key_submission_id))
 }
 
 async fn reachable_repo(
@@ -164,16 +200,18 @@ async fn reachable_repo(
     repo: &str,
 ) -> Result<repos::RepoRow> {
     let (repo, _) = readable_repo(tx, owner, repo, caller.user_id).await?;
-    if !caller.reducer.reaches(&repo.full_name(), repo.private) {
-        return Err(Error::InsufficientScope(
-            "the token does not reach this repository",
-        ));
-    }
+    reaches(caller, &repo)?;
     Ok(repo)
 }
 
-fn is_callers(grant: &GrantRow, repo: &repos::RepoRow, caller: &Caller) -> bool {
-    grant.repository_id == repo.id && grant.agent_id == caller.user_id
+fn reaches(caller: &Caller, repo: &repos::RepoRow) -> Result<()> {
+    if caller.reducer.reaches(&repo.full_name(), repo.private) {
+        Ok(())
+    } else {
+        Err(Error::InsufficientScope(
+            "the token does not reach this repository",
+        ))
+    }
 }
 
 /// Reads one of the caller's grants.
@@ -186,7 +224,7 @@ pub async fn get(
 ) -> Result<GrantView> {
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository])?;
-    let mut tx = audit::open(ctx, caller, Access::Read).await?;
+    let mut tx = audit::open_deferred(ctx, caller, Access::Read).await?;
     let row = locate(&mut tx, caller, owner, repo, id, false).await?;
     audit::complete_in(&mut tx, caller, 200, None).await?;
     audit::commit(tx, caller).await?;
@@ -219,7 +257,7 @@ pub async fn confirm(
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
     let at = now();
-    let mut tx = audit::open(ctx, caller, Access::Write).await?;
+    let mut tx = audit::open_deferred(ctx, caller, Access::Write).await?;
     let row = locate(&mut tx, caller, owner, repo, id, true).await?;
     match decide_confirm(&facts(&row)?, &triple.digest, at) {
         Err(refusal) => Err(Error::refused(refusal, GrantView::from_row(&row)?)),

@@ -79,6 +79,9 @@ pub struct Record {
 enum State {
     /// Not written yet: the call's transaction writes it.
     Pending,
+    /// Not written yet, in an open transaction whose first statement writes
+    /// it (see [`open_deferred`]).
+    Deferred,
     /// In a transaction that has not committed (yet): written there when
     /// `fresh`, else committed before; `completed` once its outcome is there.
     InTx {
@@ -105,7 +108,7 @@ impl Record {
     /// known to be gone (rolled back).
     fn settled(&self) -> State {
         let state = match self.get() {
-            State::InTx { fresh: true, .. } => State::Pending,
+            State::InTx { fresh: true, .. } | State::Deferred => State::Pending,
             State::InTx { id, .. } => State::Committed(id),
             other => other,
         };
@@ -114,7 +117,7 @@ impl Record {
     }
 }
 
-fn fail_closed(err: impl Into<anyhow::Error>) -> Error {
+pub(super) fn fail_closed(err: impl Into<anyhow::Error>) -> Error {
     Error::AuditUnavailable(err.into())
 }
 
@@ -232,6 +235,45 @@ pub async fn open(ctx: &Ctx, caller: &Caller, access: Access) -> Result<Tx> {
     };
     record.set(next);
     Ok(tx)
+}
+
+/// [`open`] for a use case whose first statement is its grant lookup
+/// (`agent::locate`): a record not written yet is written by that statement
+/// ([`deferred_record`], [`written_in`]), in the same round trip. Anything
+/// the use case does comes after it, so the record still precedes the
+/// operation.
+pub async fn open_deferred(ctx: &Ctx, caller: &Caller, access: Access) -> Result<Tx> {
+    let Some(record) = caller.audit.as_deref() else {
+        return plain(ctx, access).await;
+    };
+    if record.settled() != State::Pending {
+        return open(ctx, caller, access).await;
+    }
+    let tx = match access {
+        Access::Read => ctx.store.write_snapshot().await,
+        Access::Write => ctx.store.write().await,
+    }
+    .map_err(fail_closed)?;
+    record.set(State::Deferred);
+    Ok(tx)
+}
+
+/// The caller's record, if [`open_deferred`] left it for the first
+/// statement to write.
+pub fn deferred_record(caller: &Caller) -> Option<&NewCall> {
+    let record = caller.audit.as_deref()?;
+    (record.get() == State::Deferred).then_some(&record.call)
+}
+
+/// The first statement wrote the deferred record as `id`.
+pub fn written_in(caller: &Caller, id: i64) {
+    if let Some(record) = caller.audit.as_deref() {
+        record.set(State::InTx {
+            id,
+            fresh: true,
+            completed: false,
+        });
+    }
 }
 
 /// A read or write transaction with no audit record in it.

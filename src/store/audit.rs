@@ -3,7 +3,7 @@
 //! decision's) and completed once with its outcome. Rows are never deleted (the schema's
 //! triggers refuse it, and any other update).
 
-use sea_query::{Expr, ExprTrait, Iden, Query, UpdateStatement};
+use sea_query::{Expr, ExprTrait, Iden, InsertStatement, Query, UpdateStatement};
 
 use super::{StoreResult, Tx};
 
@@ -96,8 +96,13 @@ pub async fn insert_call(
     c: &NewCall,
     outcome: Option<Outcome<'_>>,
 ) -> StoreResult<i64> {
+    Ok(tx.fetch_one::<(i64,)>(&call_insert(c, outcome)).await?.0)
+}
+
+/// The insert of a call (see [`insert_call`]), returning its id.
+pub(super) fn call_insert(c: &NewCall, outcome: Option<Outcome<'_>>) -> InsertStatement {
     use ToolCalls as T;
-    let q = Query::insert()
+    Query::insert()
         .into_table(T::Table)
         .columns([
             T::CalledAt,
@@ -136,8 +141,7 @@ pub async fn insert_call(
             outcome.map(|o| o.at).into(),
         ])
         .returning_col(T::Id)
-        .to_owned();
-    Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
+        .to_owned()
 }
 
 /// Adds the outcome to a call not completed yet; returns the rows changed

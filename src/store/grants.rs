@@ -3,7 +3,10 @@
 use sea_query::{
     Cond, Expr, ExprTrait, IntoCondition, JoinType, LockType, Order, Query, SelectStatement, Value,
 };
+use sqlx::{FromRow, Row};
 
+use super::audit::{NewCall, call_insert, insert_call};
+use super::repos::RepoRow;
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
 };
@@ -154,49 +157,152 @@ pub async fn grant_by_id_locked(tx: &mut Tx, id: i64) -> StoreResult<Option<Gran
     let mut q = select_grant()
         .and_where(Expr::col((Grants::Table, Grants::Id)).eq(id))
         .to_owned();
-    lock_grant_row(tx, &mut q);
+    lock_grant_row(tx.backend(), &mut q);
     tx.fetch_optional(&q).await
 }
 
 /// Makes a grant read take the grant's row lock: `FOR UPDATE OF grants` on
 /// PostgreSQL; on SQLite the write transaction already serializes.
-fn lock_grant_row(tx: &Tx, q: &mut SelectStatement) {
-    if tx.backend() == Backend::Postgres {
+fn lock_grant_row(backend: Backend, q: &mut SelectStatement) {
+    if backend == Backend::Postgres {
         q.lock_with_tables(LockType::Update, [Grants::Table]);
     }
 }
 
-/// A locked grant and whether it holds a receipt under a request key.
+/// A bot's grant looked up by the names in its route: the grant with the
+/// id, of that agent, on the repository `owner/name` (case-insensitively),
+/// with what the read rule asks of that repository.
+pub struct AgentGrantQuery<'a> {
+    pub id: i64,
+    pub owner: &'a str,
+    pub name: &'a str,
+    pub agent_id: i64,
+    /// Also find the grant's receipt under this key.
+    pub request_key: Option<&'a str>,
+    /// Take the grant's row lock (see [`grant_by_id_locked`]).
+    pub lock: bool,
+}
+
+/// What [`agent_grant_in_repo`] finds.
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub struct GrantKeyRow {
+pub struct AgentGrantRow {
     /// The grant.
     #[sqlx(flatten)]
     pub grant: GrantRow,
-    /// The id of the grant's receipt under the key, if there is one.
+    /// The grant's receipt under the request key, if asked and present.
     pub key_submission_id: Option<i64>,
+    /// The repository's owner.
+    pub repo_owner_id: i64,
+    /// The repository's distinct-approver rule.
+    pub repo_require_distinct_approver: bool,
+    /// The repository's creation time.
+    pub repo_created_at: String,
+    /// The agent's collaborator permission on the repository, if any.
+    pub collaborator_permission: Option<String>,
 }
 
-/// [`grant_by_id_locked`], and the grant's receipt id under `request_key`
-/// (a submit's first question), in the same statement.
-pub async fn grant_with_key_locked(
+impl AgentGrantRow {
+    /// The grant's repository.
+    pub fn repo(&self) -> RepoRow {
+        RepoRow {
+            id: self.grant.repository_id,
+            owner_id: self.repo_owner_id,
+            owner_login: self.grant.repo_owner.clone(),
+            name: self.grant.repo_name.clone(),
+            private: self.grant.repo_private,
+            require_distinct_approver: self.repo_require_distinct_approver,
+            created_at: self.repo_created_at.clone(),
+        }
+    }
+}
+
+/// Finds a bot's grant through its route (see [`AgentGrantQuery`]) in one
+/// statement: the grant, its repository by name, the agent's collaborator
+/// entry and, for a submit, the receipt under the request key. `None` when
+/// any of it does not match (the caller then tells which).
+pub async fn agent_grant_in_repo(
     tx: &mut Tx,
-    id: i64,
-    request_key: &str,
-) -> StoreResult<Option<GrantKeyRow>> {
-    let mut q = select_grant()
-        .expr_as(Expr::col(("ks", Submissions::Id)), "key_submission_id")
-        .join_as(
-            JoinType::LeftJoin,
-            Submissions::Table,
-            "ks",
-            Expr::col(("ks", Submissions::GrantId))
-                .equals((Grants::Table, Grants::Id))
-                .and(Expr::col(("ks", Submissions::RequestKey)).eq(request_key)),
-        )
-        .and_where(Expr::col((Grants::Table, Grants::Id)).eq(id))
-        .to_owned();
-    lock_grant_row(tx, &mut q);
+    a: AgentGrantQuery<'_>,
+) -> StoreResult<Option<AgentGrantRow>> {
+    let q = agent_grant_query(tx.backend(), a);
     tx.fetch_optional(&q).await
+}
+
+/// [`agent_grant_in_repo`] after inserting an audit record (the call's
+/// record comes first). On SQLite both statements are one script (one
+/// hand-off to the connection's thread); on PostgreSQL two statements.
+/// Returns the record's id.
+pub async fn agent_grant_recorded(
+    tx: &mut Tx,
+    a: AgentGrantQuery<'_>,
+    call: &NewCall,
+) -> StoreResult<(i64, Option<AgentGrantRow>)> {
+    match tx.backend() {
+        Backend::Postgres => {
+            let id = insert_call(tx, call, None).await?;
+            Ok((id, agent_grant_in_repo(tx, a).await?))
+        }
+        Backend::Sqlite => {
+            let insert = call_insert(call, None);
+            let select = agent_grant_query(Backend::Sqlite, a);
+            let steps = tx.sqlite_script(&[&insert, &select]).await?;
+            let id = steps
+                .first()
+                .and_then(|s| s.rows.first())
+                .ok_or(sqlx::Error::RowNotFound)?
+                .try_get(0)?;
+            let found = match steps.get(1).and_then(|s| s.rows.first()) {
+                Some(row) => Some(AgentGrantRow::from_row(row)?),
+                None => None,
+            };
+            Ok((id, found))
+        }
+    }
+}
+
+fn agent_grant_query(backend: Backend, a: AgentGrantQuery<'_>) -> SelectStatement {
+    let r = Repositories::Table;
+    let mut q = select_grant();
+    q.expr_as(Expr::col((r, Repositories::OwnerId)), "repo_owner_id")
+        .expr_as(
+            Expr::col((r, Repositories::RequireDistinctApprover)),
+            "repo_require_distinct_approver",
+        )
+        .expr_as(Expr::col((r, Repositories::CreatedAt)), "repo_created_at")
+        .expr_as(
+            Expr::col((Collaborators::Table, Collaborators::Permission)),
+            "collaborator_permission",
+        )
+        .left_join(
+            Collaborators::Table,
+            Expr::col((Collaborators::Table, Collaborators::RepositoryId))
+                .equals((r, Repositories::Id))
+                .and(Expr::col((Collaborators::Table, Collaborators::UserId)).eq(a.agent_id)),
+        )
+        .and_where(Expr::col((Grants::Table, Grants::Id)).eq(a.id))
+        .and_where(Expr::col((Grants::Table, Grants::AgentId)).eq(a.agent_id))
+        .and_where(Expr::col(("owner", Users::LowerLogin)).eq(a.owner.to_ascii_lowercase()))
+        .and_where(Expr::col((r, Repositories::LowerName)).eq(a.name.to_ascii_lowercase()));
+    match a.request_key {
+        Some(key) => {
+            q.expr_as(Expr::col(("ks", Submissions::Id)), "key_submission_id")
+                .join_as(
+                    JoinType::LeftJoin,
+                    Submissions::Table,
+                    "ks",
+                    Expr::col(("ks", Submissions::GrantId))
+                        .equals((Grants::Table, Grants::Id))
+                        .and(Expr::col(("ks", Submissions::RequestKey)).eq(key)),
+                );
+        }
+        None => {
+            q.expr_as(Expr::cust("CAST(NULL AS BIGINT)"), "key_submission_id");
+        }
+    }
+    if a.lock {
+        lock_grant_row(backend, &mut q);
+    }
+    q
 }
 
 /// Which grants a list shows.
