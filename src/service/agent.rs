@@ -171,11 +171,13 @@ async fn find(
     };
     let found = match audit::deferred_record(caller) {
         Some(call) => {
-            let (id, found) = grants::agent_grant_recorded(tx, query, call)
+            let found = grants::agent_grant_recorded(tx, query, call)
                 .await
                 .map_err(audit::fail_closed)?;
-            audit::written_in(caller, id);
-            found
+            found.map(|(id, found)| {
+                audit::written_in(caller, id);
+                found
+            })
         }
         None => grants::agent_grant_in_repo(tx, query).await?,
     };

@@ -1,11 +1,12 @@
 //! Grants and their event timeline.
 
 use sea_query::{
-    Cond, Expr, ExprTrait, IntoCondition, JoinType, LockType, Order, Query, SelectStatement, Value,
+    CommonTableExpression, Cond, Expr, ExprTrait, IntoCondition, JoinType, LockType, Order, Query,
+    SelectStatement, Value, WithClause,
 };
 use sqlx::{FromRow, Row};
 
-use super::audit::{NewCall, call_insert, insert_call};
+use super::audit::{NewCall, ToolCalls, call_insert};
 use super::repos::RepoRow;
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
@@ -229,21 +230,40 @@ pub async fn agent_grant_in_repo(
 }
 
 /// [`agent_grant_in_repo`] after inserting an audit record (the call's
-/// record comes first). On SQLite both statements are one script (one
-/// hand-off to the connection's thread); on PostgreSQL two statements.
-/// Returns the record's id.
+/// record comes first), in one round trip: one script on SQLite (one
+/// hand-off to the connection's thread), one statement with a data-modifying
+/// `WITH` on PostgreSQL. Returns the record's id when the grant is found;
+/// when it is not, the record is written all the same (the caller's
+/// refusal rolls it back with the transaction and records the refusal).
 pub async fn agent_grant_recorded(
     tx: &mut Tx,
     a: AgentGrantQuery<'_>,
     call: &NewCall,
-) -> StoreResult<(i64, Option<AgentGrantRow>)> {
+) -> StoreResult<Option<(i64, AgentGrantRow)>> {
+    let insert = call_insert(call, None);
     match tx.backend() {
         Backend::Postgres => {
-            let id = insert_call(tx, call, None).await?;
-            Ok((id, agent_grant_in_repo(tx, a).await?))
+            let record = CommonTableExpression::new()
+                .query(insert)
+                .table_name("recorded")
+                .to_owned();
+            let mut select = agent_grant_query(Backend::Postgres, a);
+            select.expr_as(
+                Expr::from(
+                    Query::select()
+                        .column(ToolCalls::Id)
+                        .from("recorded")
+                        .to_owned(),
+                ),
+                "audit_id",
+            );
+            let q = select.with(WithClause::new().cte(record).to_owned());
+            Ok(tx
+                .fetch_optional::<RecordedRow>(&q)
+                .await?
+                .map(|r| (r.audit_id, r.found)))
         }
         Backend::Sqlite => {
-            let insert = call_insert(call, None);
             let select = agent_grant_query(Backend::Sqlite, a);
             let steps = tx.sqlite_script(&[&insert, &select]).await?;
             let id = steps
@@ -251,13 +271,20 @@ pub async fn agent_grant_recorded(
                 .and_then(|s| s.rows.first())
                 .ok_or(sqlx::Error::RowNotFound)?
                 .try_get(0)?;
-            let found = match steps.get(1).and_then(|s| s.rows.first()) {
-                Some(row) => Some(AgentGrantRow::from_row(row)?),
-                None => None,
-            };
-            Ok((id, found))
+            match steps.get(1).and_then(|s| s.rows.first()) {
+                Some(row) => Ok(Some((id, AgentGrantRow::from_row(row)?))),
+                None => Ok(None),
+            }
         }
     }
+}
+
+/// A grant found with the id of the audit record written with it.
+#[derive(sqlx::FromRow)]
+struct RecordedRow {
+    #[sqlx(flatten)]
+    found: AgentGrantRow,
+    audit_id: i64,
 }
 
 fn agent_grant_query(backend: Backend, a: AgentGrantQuery<'_>) -> SelectStatement {
