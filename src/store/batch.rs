@@ -42,9 +42,12 @@ enum Msg {
 enum Returned {
     /// Keep the work; tell me when it is durable.
     Release(oneshot::Sender<StoreResult<()>>),
-    /// Undo the work.
-    Abandon,
+    /// Undo the work (to the job's savepoint, if it opened one).
+    Abandon { opened: bool },
 }
+
+/// Opens a job's savepoint.
+pub const SAVEPOINT: &str = "SAVEPOINT writ_job";
 
 /// The handle to the writer task of one SQLite pool.
 #[derive(Clone, Debug)]
@@ -57,6 +60,10 @@ pub struct Writer {
 pub struct BatchTx {
     conn: Option<PoolConnection<Sqlite>>,
     back: Option<oneshot::Sender<(PoolConnection<Sqlite>, Returned)>>,
+    /// Whether this job's savepoint is open. It is opened by the job's first
+    /// statement (in the same hand-off to SQLite's thread when that is a
+    /// script), not by the writer before lending the connection.
+    opened: bool,
 }
 
 impl std::fmt::Debug for BatchTx {
@@ -66,11 +73,37 @@ impl std::fmt::Debug for BatchTx {
 }
 
 impl BatchTx {
-    /// The connection, for the statements of this transaction.
-    pub fn conn(&mut self) -> &mut sqlx::SqliteConnection {
-        self.conn
+    /// The connection, for the statements of this transaction (its
+    /// savepoint opened first, if it is not yet).
+    pub async fn conn(&mut self) -> StoreResult<&mut sqlx::SqliteConnection> {
+        let conn = self
+            .conn
             .as_mut()
-            .expect("a BatchTx holds its connection until commit or drop")
+            .expect("a BatchTx holds its connection until commit or drop");
+        if !self.opened {
+            sqlx::raw_sql(SAVEPOINT).execute(&mut **conn).await?;
+            self.opened = true;
+        }
+        Ok(conn)
+    }
+
+    /// The connection for a script, and whether the script must open the
+    /// savepoint itself ([`SAVEPOINT`] as its first statement; then call
+    /// [`BatchTx::script_ran`]).
+    pub fn script_conn(&mut self) -> (&mut sqlx::SqliteConnection, bool) {
+        let conn = self
+            .conn
+            .as_mut()
+            .expect("a BatchTx holds its connection until commit or drop");
+        (conn, !self.opened)
+    }
+
+    /// A script that opened the savepoint ran `steps` statements before it
+    /// ended or failed: the savepoint is open once its own statement ran.
+    pub fn script_ran(&mut self, steps: usize) {
+        if steps > 0 {
+            self.opened = true;
+        }
     }
 
     fn hand_back(&mut self, returned: Returned) {
@@ -90,13 +123,15 @@ impl BatchTx {
 
     /// Undoes this work.
     pub fn rollback(mut self) {
-        self.hand_back(Returned::Abandon);
+        let opened = self.opened;
+        self.hand_back(Returned::Abandon { opened });
     }
 }
 
 impl Drop for BatchTx {
     fn drop(&mut self) {
-        self.hand_back(Returned::Abandon);
+        let opened = self.opened;
+        self.hand_back(Returned::Abandon { opened });
     }
 }
 
@@ -229,15 +264,11 @@ async fn run_batch(
     let mut next = Some(first);
     let mut count = 0;
     while let Some(lease) = next.take() {
-        if let Err(e) = exec(&mut c, "SAVEPOINT writ_job").await {
-            batch.failed = Some(e.to_string());
-            let _ = lease.send(Err(e));
-            break;
-        }
         let (back, returned) = oneshot::channel();
         let job = BatchTx {
             conn: Some(c),
             back: Some(back),
+            opened: false,
         };
         // If the caller is gone, the lease comes back in the error and its
         // drop hands the connection back as abandoned.
@@ -253,7 +284,8 @@ async fn run_batch(
         // the innermost of that name, which is then dropped.
         match outcome {
             Returned::Release(done) => batch.waiters.push(done),
-            Returned::Abandon => {
+            Returned::Abandon { opened: false } => {}
+            Returned::Abandon { opened: true } => {
                 if let Err(e) = exec(&mut c, "ROLLBACK TO writ_job; RELEASE writ_job").await {
                     batch.failed = Some(e.to_string());
                     break;
@@ -300,7 +332,7 @@ mod tests {
     async fn insert(tx: &mut BatchTx, k: i64) -> StoreResult<()> {
         sqlx::query("INSERT INTO t (k) VALUES (?)")
             .bind(k)
-            .execute(tx.conn())
+            .execute(tx.conn().await?)
             .await
             .map(|_| ())
     }

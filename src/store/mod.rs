@@ -229,7 +229,7 @@ macro_rules! dispatch {
             }
             Tx::Batch(tx) => {
                 let ($sql, $values) = $q.build_sqlx(SqliteQueryBuilder);
-                let $conn = tx.conn();
+                let $conn = tx.conn().await?;
                 $body
             }
             Tx::Postgres(tx) => {
@@ -311,42 +311,57 @@ impl Tx {
         statements: &[&(dyn SqliteStatement + Sync)],
     ) -> StoreResult<Vec<ScriptStep>> {
         use futures_util::TryStreamExt;
-        let mut sql = String::new();
-        let mut values = Vec::new();
-        for statement in statements {
-            let (text, sea_query::Values(mut v)) = statement.build_sqlite();
-            sql.push_str(&text);
-            sql.push_str(";\n");
-            values.append(&mut v);
-        }
-        let conn: &mut sqlx::SqliteConnection = match self {
-            Tx::Sqlite(tx) => tx,
-            Tx::Batch(tx) => tx.conn(),
-            Tx::SqliteSingle(c) => c,
+        let (conn, open_savepoint): (&mut sqlx::SqliteConnection, bool) = match self {
+            Tx::Sqlite(tx) => (tx, false),
+            Tx::Batch(tx) => tx.script_conn(),
+            Tx::SqliteSingle(c) => (c, false),
             Tx::Postgres(_) | Tx::PostgresSingle(_) => {
                 return Err(sqlx::Error::Protocol(
                     "a SQLite script on PostgreSQL".into(),
                 ));
             }
         };
+        let mut sql = String::new();
+        let mut values = Vec::new();
+        if open_savepoint {
+            sql.push_str(batch::SAVEPOINT);
+            sql.push_str(";\n");
+        }
+        for statement in statements {
+            let (text, sea_query::Values(mut v)) = statement.build_sqlite();
+            sql.push_str(&text);
+            sql.push_str(";\n");
+            values.append(&mut v);
+        }
         #[allow(deprecated)] // the multi-statement query is SQLite's, kept by sqlx
         let mut stream = sqlx::query_with(
             AssertSqlSafe(sql),
             sea_query_sqlx::SqlxValues(sea_query::Values(values)),
         )
         .fetch_many(conn);
-        let mut steps = Vec::with_capacity(statements.len());
+        let mut steps = Vec::with_capacity(statements.len() + 1);
         let mut rows = Vec::new();
-        while let Some(item) = stream.try_next().await? {
-            match item {
-                sqlx::Either::Right(row) => rows.push(row),
-                sqlx::Either::Left(done) => steps.push(ScriptStep {
+        let ended = loop {
+            match stream.try_next().await {
+                Ok(Some(sqlx::Either::Right(row))) => rows.push(row),
+                Ok(Some(sqlx::Either::Left(done))) => steps.push(ScriptStep {
                     rows: std::mem::take(&mut rows),
                     changed: done.rows_affected(),
                 }),
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        drop(stream);
+        if open_savepoint {
+            if let Tx::Batch(tx) = self {
+                tx.script_ran(steps.len());
+            }
+            if !steps.is_empty() {
+                steps.remove(0);
             }
         }
-        Ok(steps)
+        ended.map(|()| steps)
     }
 
     /// Commits; only after this returns may a 2xx be sent.
