@@ -388,6 +388,84 @@ mod tests {
         let _ = std::fs::remove_file(&path);
     }
 
+    /// Jobs whose first statement is a script open their savepoint in it; a
+    /// job that ran nothing opened none. Neither kind of abandoned job may
+    /// undo another job's work (a `ROLLBACK TO` without its own savepoint
+    /// would reach the previous job's).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn scripts_open_the_savepoint_and_empty_jobs_undo_nothing() {
+        use crate::store::Tx;
+        use sea_query::{Expr, ExprTrait, Query};
+        let (pool, path) = pool().await;
+        let writer = Writer::start(pool.clone());
+        let row = |k: i64| {
+            Query::insert()
+                .into_table("t")
+                .columns(["k"])
+                .values_panic([k.into()])
+                .to_owned()
+        };
+        let mut jobs = Vec::new();
+        for k in 0..200i64 {
+            let writer = writer.clone();
+            jobs.push(tokio::spawn(async move {
+                let mut tx = Tx::Batch(writer.begin().await?);
+                match k % 4 {
+                    // Nothing run, then abandoned.
+                    0 => {
+                        drop(tx);
+                        return Ok(false);
+                    }
+                    // The script fails on its second statement (duplicate).
+                    1 => {
+                        let failed = tx.sqlite_script(&[&row(k), &row(k)]).await;
+                        assert!(failed.is_err());
+                        tx.rollback().await?;
+                        return Ok(false);
+                    }
+                    _ => {}
+                }
+                let steps = tx.sqlite_script(&[&row(k), &row(1000 + k)]).await?;
+                assert_eq!(steps.len(), 2, "the savepoint's own step is not returned");
+                assert!(steps.iter().all(|s| s.changed == 1));
+                if k % 4 == 2 {
+                    // Wrote, then abandoned: both rows must vanish.
+                    drop(tx);
+                    return Ok(false);
+                }
+                let after = Query::select()
+                    .expr(Expr::col("k").count())
+                    .from("t")
+                    .and_where(Expr::col("k").eq(k))
+                    .to_owned();
+                let (seen,): (i64,) = tx.fetch_one(&after).await?;
+                assert_eq!(seen, 1);
+                tx.commit().await.map(|()| true)
+            }));
+        }
+        let mut committed = Vec::new();
+        for (k, job) in jobs.into_iter().enumerate() {
+            if job.await.unwrap().unwrap() {
+                committed.push(k as i64);
+            }
+        }
+        let rows: Vec<(i64,)> = sqlx::query_as("SELECT k FROM t WHERE k < 1000 ORDER BY k")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        let rows: Vec<i64> = rows.into_iter().map(|r| r.0).collect();
+        assert_eq!(rows, committed);
+        assert_eq!(committed.len(), 50);
+        let pairs: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM t WHERE k >= 1000")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(pairs.0, 50);
+        writer.shutdown().await;
+        pool.close().await;
+        let _ = std::fs::remove_file(&path);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_commit_returns_only_once_durable_and_visible() {
         let (pool, path) = pool().await;
