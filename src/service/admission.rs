@@ -17,7 +17,7 @@ use crate::domain::ids::GrantId;
 use crate::domain::proposal::{McpRequirement, Proposal, sha256_hex};
 use crate::domain::scope::Scope;
 use crate::store::Tx;
-use crate::store::admission::{self as store, NewEvaluation};
+use crate::store::admission::{self as store, EvaluationInputs, NewEvaluation};
 use crate::store::grants::GrantRow;
 
 /// Where an evaluation runs.
@@ -89,8 +89,15 @@ struct Gathered {
     stored_snapshot: Option<i64>,
 }
 
-async fn gather(tx: &mut Tx, repository_id: i64) -> Result<Gathered> {
-    let inputs = store::evaluation_inputs(tx, repository_id).await?;
+async fn gather(
+    tx: &mut Tx,
+    repository_id: i64,
+    read: Option<EvaluationInputs>,
+) -> Result<Gathered> {
+    let inputs = match read {
+        Some(inputs) => inputs,
+        None => store::evaluation_inputs(tx, repository_id).await?,
+    };
     let rows = inputs.fs;
     let changes = rows
         .iter()
@@ -175,7 +182,7 @@ fn view(
 
 /// The preview inside an open transaction; writes nothing.
 pub async fn preview_in(ctx: &Ctx, tx: &mut Tx, grant: &GrantRow) -> Result<PackageView> {
-    let gathered = gather(tx, grant.repository_id).await?;
+    let gathered = gather(tx, grant.repository_id, None).await?;
     let snapshot_id = match gathered.stored_snapshot {
         Some(id) => Some(id),
         None => store::find_snapshot(tx, &gathered.snapshot_digest).await?,
@@ -229,16 +236,18 @@ impl Pending {
 }
 
 /// Evaluates (approval or handoff) inside the caller's transaction at `at`:
-/// reads the inputs, captures the snapshot if it is new, decides. The
-/// evaluation record is not written yet (see [`Pending`]).
+/// reads the inputs (unless they were `read` in this transaction already,
+/// for the grant's repository), captures the snapshot if it is new,
+/// decides. The evaluation record is not written yet (see [`Pending`]).
 pub async fn evaluate_in(
     ctx: &Ctx,
     tx: &mut Tx,
     grant: &GrantRow,
     phase: Phase,
     at: &str,
+    read: Option<EvaluationInputs>,
 ) -> Result<Pending> {
-    let gathered = gather(tx, grant.repository_id).await?;
+    let gathered = gather(tx, grant.repository_id, read).await?;
     let snapshot_id = match gathered.stored_snapshot {
         Some(id) => id,
         None => {
@@ -272,7 +281,7 @@ pub async fn persist_in(
     actor_id: i64,
     at: &str,
 ) -> Result<PackageView> {
-    let pending = evaluate_in(ctx, tx, grant, phase, at).await?;
+    let pending = evaluate_in(ctx, tx, grant, phase, at, None).await?;
     store_pending(ctx, tx, grant, pending, actor_id, at).await
 }
 

@@ -12,6 +12,7 @@ use crate::domain::ids::{Digest, GrantId};
 use crate::domain::proposal::{SCHEMA, VERSION};
 use crate::domain::scope::Scope;
 use crate::domain::time::Timestamp;
+use crate::store::admission::EvaluationInputs;
 use crate::store::grants::{self, GrantFilter, GrantRow, NewGrantEvent};
 use crate::store::schema::Grants;
 use crate::store::{Tx, grant_pages, repos};
@@ -129,9 +130,25 @@ pub async fn locate(
     id: GrantId,
     lock: bool,
 ) -> Result<GrantRow> {
-    find(tx, caller, owner, repo, id, lock, None)
-        .await
-        .map(|(grant, _)| grant)
+    let route = Route {
+        owner,
+        repo,
+        id,
+        lock,
+        request_key: None,
+    };
+    find(tx, caller, route).await.map(|found| found.grant)
+}
+
+/// What [`locate_for_key`] finds.
+pub struct ForKey {
+    /// The locked grant.
+    pub grant: GrantRow,
+    /// The grant's receipt under the request key, if there is one.
+    pub used: Option<i64>,
+    /// The handoff admission's inputs, when they were read with the grant
+    /// at no extra cost (SQLite).
+    pub inputs: Option<EvaluationInputs>,
 }
 
 /// [`locate`] with the lock, for a submit: also the id of the grant's
@@ -143,8 +160,23 @@ pub async fn locate_for_key(
     repo: &str,
     id: GrantId,
     request_key: &str,
-) -> Result<(GrantRow, Option<i64>)> {
-    find(tx, caller, owner, repo, id, true, Some(request_key)).await
+) -> Result<ForKey> {
+    let route = Route {
+        owner,
+        repo,
+        id,
+        lock: true,
+        request_key: Some(request_key),
+    };
+    find(tx, caller, route).await
+}
+
+struct Route<'a> {
+    owner: &'a str,
+    repo: &'a str,
+    id: GrantId,
+    lock: bool,
+    request_key: Option<&'a str>,
 }
 
 /// One statement finds the grant through its route with the repository
@@ -152,37 +184,33 @@ pub async fn locate_for_key(
 /// looked up alone, to tell a 404 or 403 for the repository from a 404 for
 /// the grant (the same answers, in the same order, as looking up the
 /// repository first).
-async fn find(
-    tx: &mut Tx,
-    caller: &Caller,
-    owner: &str,
-    repo: &str,
-    id: GrantId,
-    lock: bool,
-    request_key: Option<&str>,
-) -> Result<(GrantRow, Option<i64>)> {
+async fn find(tx: &mut Tx, caller: &Caller, route: Route<'_>) -> Result<ForKey> {
     let query = grants::AgentGrantQuery {
-        id: id.0,
-        owner,
-        name: repo,
+        id: route.id.0,
+        owner: route.owner,
+        name: route.repo,
         agent_id: caller.user_id,
-        request_key,
-        lock,
+        request_key: route.request_key,
+        lock: route.lock,
+        admission_inputs: route.request_key.is_some(),
     };
-    let found = match audit::deferred_record(caller) {
+    let (found, inputs) = match audit::deferred_record(caller) {
         Some(call) => {
-            let found = grants::agent_grant_recorded(tx, query, call)
+            let recorded = grants::agent_grant_recorded(tx, query, call)
                 .await
                 .map_err(audit::fail_closed)?;
-            found.map(|(id, found)| {
-                audit::written_in(caller, id);
-                found
-            })
+            match recorded {
+                Some(r) => {
+                    audit::written_in(caller, r.audit_id);
+                    (Some(r.found), r.inputs)
+                }
+                None => (None, None),
+            }
         }
-        None => grants::agent_grant_in_repo(tx, query).await?,
+        None => (grants::agent_grant_in_repo(tx, query).await?, None),
     };
     let Some(found) = found else {
-        reachable_repo(tx, caller, owner, repo).await?;
+        reachable_repo(tx, caller, route.owner, route.repo).await?;
         return Err(Error::NotFound);
     };
     let repo = found.repo();
@@ -192,7 +220,11 @@ async fn find(
         caller.user_id,
     )?;
     reaches(caller, &repo)?;
-    Ok((found.grant, found.key_submission_id))
+    Ok(ForKey {
+        grant: found.grant,
+        used: found.key_submission_id,
+        inputs,
+    })
 }
 
 async fn reachable_repo(

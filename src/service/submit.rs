@@ -14,6 +14,7 @@ use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::scope::Scope;
 use crate::domain::submission::content_digest;
 use crate::domain::text::check_title;
+use crate::store::admission::EvaluationInputs;
 use crate::store::audit::Outcome as CallOutcome;
 use crate::store::grants::GrantRow;
 use crate::store::issues::{self, HandedOff, Handoff, SubmissionRow};
@@ -84,7 +85,8 @@ pub async fn submit(
     let content = content_digest(input.triple.digest.as_str(), &input.title, &input.body);
     let mut tx = audit::open_deferred(ctx, caller, Access::Write).await?;
     let key = input.request_key.as_str();
-    let (grant, used) = locate_for_key(&mut tx, caller, owner, repo, id, key).await?;
+    let located = locate_for_key(&mut tx, caller, owner, repo, id, key).await?;
+    let (grant, used) = (located.grant, located.used);
     if used.is_some()
         && let Some(existing) = issues::submission_by_key(&mut tx, grant.id, key).await?
     {
@@ -93,7 +95,17 @@ pub async fn submit(
         audit::commit(tx, caller).await?;
         return answer;
     }
-    let (row, receipt) = match create(ctx, &mut tx, caller, &grant, input, &content).await {
+    let created = create(
+        ctx,
+        &mut tx,
+        caller,
+        &grant,
+        input,
+        &content,
+        located.inputs,
+    )
+    .await;
+    let (row, receipt) = match created {
         Ok(Created::Done { grant, receipt }) => (grant, receipt),
         Ok(Created::Blocked(blocked)) => {
             // Commit only the evaluation record: the request key stays unused.
@@ -191,6 +203,7 @@ async fn create(
     grant: &GrantRow,
     input: &SubmitInput,
     content: &str,
+    inputs: Option<EvaluationInputs>,
 ) -> Result<Created> {
     let at = now();
     decide_submit(&facts(grant)?, &input.triple.digest, at).map_err(|r| {
@@ -199,7 +212,7 @@ async fn create(
             .unwrap_or_else(Error::from)
     })?;
     let text = at.to_text();
-    let pending = admission::evaluate_in(ctx, tx, grant, Phase::Handoff, &text).await?;
+    let pending = admission::evaluate_in(ctx, tx, grant, Phase::Handoff, &text, inputs).await?;
     if pending.package.blocked() {
         let package =
             admission::store_pending(ctx, tx, grant, pending, caller.user_id, &text).await?;

@@ -1,7 +1,9 @@
 //! Admission records: catalogs, MCP health, snapshots, project filesystem
 //! context history, evaluations. Evaluations are never updated or deleted.
 
-use sea_query::{Expr, ExprTrait, InsertStatement, OnConflict, Order, Query, UnionType};
+use sea_query::{
+    Expr, ExprTrait, InsertStatement, OnConflict, Order, Query, SelectStatement, UnionType,
+};
 
 use super::schema::{
     AdmissionEvaluations, Catalogs, FsContextChanges, HealthSnapshots, McpHealth, Users,
@@ -316,7 +318,7 @@ pub struct EvaluationInputs {
 /// 1 an MCP's health, 2 the newest snapshot; the other columns mean what
 /// their kind gives them.
 #[derive(Debug, sqlx::FromRow)]
-struct InputRow {
+pub(super) struct InputRow {
     kind: i32,
     id: Option<i64>,
     a: Option<String>,
@@ -330,6 +332,15 @@ struct InputRow {
 /// [`fs_history`], [`all_health`] and the newest snapshot as one `UNION ALL`
 /// (one round trip instead of three on every handoff and approval).
 pub async fn evaluation_inputs(tx: &mut Tx, repository_id: i64) -> StoreResult<EvaluationInputs> {
+    let rows = tx
+        .fetch_all::<InputRow>(&inputs_query(Expr::val(repository_id)))
+        .await?;
+    parse_inputs(rows)
+}
+
+/// [`evaluation_inputs`] of the repository `repository` (an expression:
+/// an id, or a subquery that finds it), as a statement.
+pub(super) fn inputs_query(repository: Expr) -> SelectStatement {
     let c = FsContextChanges::Table;
     let none_text = || Expr::val(Option::<String>::None);
     let none_bool = || Expr::val(Option::<bool>::None);
@@ -360,7 +371,7 @@ pub async fn evaluation_inputs(tx: &mut Tx, repository_id: i64) -> StoreResult<E
         .from(HealthSnapshots::Table)
         .and_where(Expr::col(HealthSnapshots::Id).in_subquery(newest))
         .to_owned();
-    let q = Query::select()
+    Query::select()
         .expr_as(Expr::val(0i32), "kind")
         .expr_as(Expr::col((c, FsContextChanges::Id)), "id")
         .expr_as(Expr::col((c, FsContextChanges::Action)), "a")
@@ -374,12 +385,16 @@ pub async fn evaluation_inputs(tx: &mut Tx, repository_id: i64) -> StoreResult<E
             Users::Table,
             Expr::col((Users::Table, Users::Id)).equals((c, FsContextChanges::ActorId)),
         )
-        .and_where(Expr::col((c, FsContextChanges::RepositoryId)).eq(repository_id))
+        .and_where(Expr::col((c, FsContextChanges::RepositoryId)).eq(repository))
         .union(UnionType::All, health)
         .union(UnionType::All, snapshot)
-        .to_owned();
+        .to_owned()
+}
+
+/// The rows of [`inputs_query`], sorted into their parts.
+pub(super) fn parse_inputs(rows: Vec<InputRow>) -> StoreResult<EvaluationInputs> {
     let mut inputs = EvaluationInputs::default();
-    for row in tx.fetch_all::<InputRow>(&q).await? {
+    for row in rows {
         let text = |v: Option<String>| v.unwrap_or_default();
         match (row.kind, row.id) {
             (0, Some(id)) => inputs.fs.push(FsChangeRow {

@@ -6,12 +6,13 @@ use sea_query::{
 };
 use sqlx::{FromRow, Row};
 
+use super::admission::{EvaluationInputs, InputRow, inputs_query, parse_inputs};
 use super::audit::{NewCall, ToolCalls, call_insert};
 use super::repos::RepoRow;
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
 };
-use super::{Backend, StoreResult, Tx};
+use super::{Backend, SqliteStatement, StoreResult, Tx};
 
 /// A grant joined with every login and repository fact its JSON needs.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -173,6 +174,7 @@ fn lock_grant_row(backend: Backend, q: &mut SelectStatement) {
 /// A bot's grant looked up by the names in its route: the grant with the
 /// id, of that agent, on the repository `owner/name` (case-insensitively),
 /// with what the read rule asks of that repository.
+#[derive(Debug, Clone, Copy)]
 pub struct AgentGrantQuery<'a> {
     pub id: i64,
     pub owner: &'a str,
@@ -182,6 +184,19 @@ pub struct AgentGrantQuery<'a> {
     pub request_key: Option<&'a str>,
     /// Take the grant's row lock (see [`grant_by_id_locked`]).
     pub lock: bool,
+    /// Also read the admission inputs of the route's repository, when that
+    /// costs no round trip (the SQLite script of [`agent_grant_recorded`]).
+    pub admission_inputs: bool,
+}
+
+/// What [`agent_grant_recorded`] finds.
+pub struct Recorded {
+    /// The id of the audit record written.
+    pub audit_id: i64,
+    /// The grant.
+    pub found: AgentGrantRow,
+    /// The admission inputs, if asked and read with it.
+    pub inputs: Option<EvaluationInputs>,
 }
 
 /// What [`agent_grant_in_repo`] finds.
@@ -239,7 +254,7 @@ pub async fn agent_grant_recorded(
     tx: &mut Tx,
     a: AgentGrantQuery<'_>,
     call: &NewCall,
-) -> StoreResult<Option<(i64, AgentGrantRow)>> {
+) -> StoreResult<Option<Recorded>> {
     let insert = call_insert(call, None);
     match tx.backend() {
         Backend::Postgres => {
@@ -261,20 +276,61 @@ pub async fn agent_grant_recorded(
             Ok(tx
                 .fetch_optional::<RecordedRow>(&q)
                 .await?
-                .map(|r| (r.audit_id, r.found)))
+                .map(|r| Recorded {
+                    audit_id: r.audit_id,
+                    found: r.found,
+                    inputs: None,
+                }))
         }
         Backend::Sqlite => {
             let select = agent_grant_query(Backend::Sqlite, a);
-            let steps = tx.sqlite_script(&[&insert, &select]).await?;
-            let id = steps
+            let inputs = inputs_query(Expr::from(
+                Query::select()
+                    .column((Repositories::Table, Repositories::Id))
+                    .from(Repositories::Table)
+                    .inner_join(
+                        Users::Table,
+                        Expr::col((Users::Table, Users::Id))
+                            .equals((Repositories::Table, Repositories::OwnerId)),
+                    )
+                    .and_where(
+                        Expr::col((Users::Table, Users::LowerLogin))
+                            .eq(a.owner.to_ascii_lowercase()),
+                    )
+                    .and_where(
+                        Expr::col((Repositories::Table, Repositories::LowerName))
+                            .eq(a.name.to_ascii_lowercase()),
+                    )
+                    .to_owned(),
+            ));
+            let mut statements: Vec<&(dyn SqliteStatement + Sync)> = vec![&insert, &select];
+            if a.admission_inputs {
+                statements.push(&inputs);
+            }
+            let mut steps = tx.sqlite_script(&statements).await?;
+            let audit_id = steps
                 .first()
                 .and_then(|s| s.rows.first())
                 .ok_or(sqlx::Error::RowNotFound)?
                 .try_get(0)?;
-            match steps.get(1).and_then(|s| s.rows.first()) {
-                Some(row) => Ok(Some((id, AgentGrantRow::from_row(row)?))),
-                None => Ok(None),
-            }
+            let Some(row) = steps.get(1).and_then(|s| s.rows.first()) else {
+                return Ok(None);
+            };
+            let found = AgentGrantRow::from_row(row)?;
+            let inputs = match steps.get_mut(2) {
+                Some(step) => Some(parse_inputs(
+                    std::mem::take(&mut step.rows)
+                        .iter()
+                        .map(InputRow::from_row)
+                        .collect::<StoreResult<Vec<_>>>()?,
+                )?),
+                None => None,
+            };
+            Ok(Some(Recorded {
+                audit_id,
+                found,
+                inputs,
+            }))
         }
     }
 }
