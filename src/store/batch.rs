@@ -329,6 +329,33 @@ mod tests {
         (pool, path)
     }
 
+    /// Every job that reported a commit (and no other) left its rows `k`
+    /// and `1000 + k`; `expected` jobs did.
+    async fn assert_kept_exactly_the_committed(
+        pool: &SqlitePool,
+        jobs: Vec<tokio::task::JoinHandle<StoreResult<bool>>>,
+        expected: usize,
+    ) {
+        let mut committed = Vec::new();
+        for (k, job) in jobs.into_iter().enumerate() {
+            if job.await.unwrap().unwrap() {
+                committed.push(k as i64);
+            }
+        }
+        let rows: Vec<(i64,)> = sqlx::query_as("SELECT k FROM t WHERE k < 1000 ORDER BY k")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        let rows: Vec<i64> = rows.into_iter().map(|r| r.0).collect();
+        assert_eq!(rows, committed);
+        let pairs: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM t WHERE k >= 1000")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(pairs.0 as usize, committed.len());
+        assert_eq!(committed.len(), expected);
+    }
+
     async fn insert(tx: &mut BatchTx, k: i64) -> StoreResult<()> {
         sqlx::query("INSERT INTO t (k) VALUES (?)")
             .bind(k)
@@ -365,24 +392,7 @@ mod tests {
                 }
             }));
         }
-        let mut committed = Vec::new();
-        for (k, job) in jobs.into_iter().enumerate() {
-            if job.await.unwrap().unwrap() {
-                committed.push(k as i64);
-            }
-        }
-        let rows: Vec<(i64,)> = sqlx::query_as("SELECT k FROM t WHERE k < 1000 ORDER BY k")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-        let rows: Vec<i64> = rows.into_iter().map(|r| r.0).collect();
-        assert_eq!(rows, committed);
-        let pairs: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM t WHERE k >= 1000")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        assert_eq!(pairs.0 as usize, committed.len());
-        assert_eq!(committed.len(), 100);
+        assert_kept_exactly_the_committed(&pool, jobs, 100).await;
         writer.shutdown().await;
         pool.close().await;
         let _ = std::fs::remove_file(&path);
@@ -443,24 +453,7 @@ mod tests {
                 tx.commit().await.map(|()| true)
             }));
         }
-        let mut committed = Vec::new();
-        for (k, job) in jobs.into_iter().enumerate() {
-            if job.await.unwrap().unwrap() {
-                committed.push(k as i64);
-            }
-        }
-        let rows: Vec<(i64,)> = sqlx::query_as("SELECT k FROM t WHERE k < 1000 ORDER BY k")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-        let rows: Vec<i64> = rows.into_iter().map(|r| r.0).collect();
-        assert_eq!(rows, committed);
-        assert_eq!(committed.len(), 50);
-        let pairs: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM t WHERE k >= 1000")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        assert_eq!(pairs.0, 50);
+        assert_kept_exactly_the_committed(&pool, jobs, 50).await;
         writer.shutdown().await;
         pool.close().await;
         let _ = std::fs::remove_file(&path);

@@ -8,7 +8,7 @@ use sqlx::{FromRow, Row};
 
 use super::admission::{EvaluationInputs, InputRow, inputs_query, parse_inputs};
 use super::audit::{NewCall, ToolCalls, call_insert};
-use super::repos::RepoRow;
+use super::repos::{RepoRow, with_collaborator_permission};
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
 };
@@ -351,18 +351,9 @@ fn agent_grant_query(backend: Backend, a: AgentGrantQuery<'_>) -> SelectStatemen
             Expr::col((r, Repositories::RequireDistinctApprover)),
             "repo_require_distinct_approver",
         )
-        .expr_as(Expr::col((r, Repositories::CreatedAt)), "repo_created_at")
-        .expr_as(
-            Expr::col((Collaborators::Table, Collaborators::Permission)),
-            "collaborator_permission",
-        )
-        .left_join(
-            Collaborators::Table,
-            Expr::col((Collaborators::Table, Collaborators::RepositoryId))
-                .equals((r, Repositories::Id))
-                .and(Expr::col((Collaborators::Table, Collaborators::UserId)).eq(a.agent_id)),
-        )
-        .and_where(Expr::col((Grants::Table, Grants::Id)).eq(a.id))
+        .expr_as(Expr::col((r, Repositories::CreatedAt)), "repo_created_at");
+    with_collaborator_permission(&mut q, a.agent_id);
+    q.and_where(Expr::col((Grants::Table, Grants::Id)).eq(a.id))
         .and_where(Expr::col((Grants::Table, Grants::AgentId)).eq(a.agent_id))
         .and_where(Expr::col(("owner", Users::LowerLogin)).eq(a.owner.to_ascii_lowercase()))
         .and_where(Expr::col((r, Repositories::LowerName)).eq(a.name.to_ascii_lowercase()));

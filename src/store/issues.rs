@@ -14,13 +14,7 @@ use super::{Backend, SqliteStatement, StoreResult, Tx};
 /// Allocates the next per-repository issue index (never reused: the counter
 /// only grows, also across deletions and transfers).
 pub async fn allocate_index(tx: &mut Tx, repository_id: i64) -> StoreResult<i64> {
-    let q = Query::update()
-        .table(Repositories::Table)
-        .value(
-            Repositories::NextIssueIndex,
-            Expr::col(Repositories::NextIssueIndex).add(1),
-        )
-        .and_where(Expr::col(Repositories::Id).eq(repository_id))
+    let q = bump_index(repository_id)
         .returning_col(Repositories::NextIssueIndex)
         .to_owned();
     Ok(tx.fetch_one::<(i64,)>(&q).await?.0 - 1)
@@ -40,14 +34,7 @@ pub struct NewIssue<'a> {
 pub async fn insert_issue(tx: &mut Tx, i: NewIssue<'_>) -> StoreResult<i64> {
     let q = Query::insert()
         .into_table(Issues::Table)
-        .columns([
-            Issues::RepositoryId,
-            Issues::IssueIndex,
-            Issues::Title,
-            Issues::Body,
-            Issues::PosterId,
-            Issues::CreatedAt,
-        ])
+        .columns(ISSUE_COLUMNS)
         .values_panic([
             i.repository_id.into(),
             i.index.into(),
@@ -269,60 +256,6 @@ pub async fn submissions_of_grant(tx: &mut Tx, grant_id: i64) -> StoreResult<Vec
         .order_by((Submissions::Table, Submissions::Id), Order::Asc)
         .to_owned();
     tx.fetch_all(&q).await
-}
-
-/// A receipt to insert.
-pub struct NewSubmission<'a> {
-    pub grant_id: i64,
-    pub request_key: &'a str,
-    pub content_digest: &'a str,
-    pub proposal_digest: &'a str,
-    pub agent_id: i64,
-    pub issue_id: i64,
-    pub issue_index: i64,
-    pub repository_id: i64,
-    pub repository_full_name: &'a str,
-    pub issue_url: &'a str,
-    pub evaluation_id: Option<i64>,
-    pub now: &'a str,
-}
-
-/// Inserts a receipt; the unique `(grant_id, request_key)` is the last line
-/// against a double submission.
-pub async fn insert_submission(tx: &mut Tx, s: NewSubmission<'_>) -> StoreResult<i64> {
-    let q = Query::insert()
-        .into_table(Submissions::Table)
-        .columns([
-            Submissions::GrantId,
-            Submissions::RequestKey,
-            Submissions::ContentDigest,
-            Submissions::ProposalDigest,
-            Submissions::AgentId,
-            Submissions::IssueId,
-            Submissions::IssueIndex,
-            Submissions::RepositoryId,
-            Submissions::RepositoryFullName,
-            Submissions::IssueUrl,
-            Submissions::EvaluationId,
-            Submissions::CreatedAt,
-        ])
-        .values_panic([
-            s.grant_id.into(),
-            s.request_key.into(),
-            s.content_digest.into(),
-            s.proposal_digest.into(),
-            s.agent_id.into(),
-            s.issue_id.into(),
-            s.issue_index.into(),
-            s.repository_id.into(),
-            s.repository_full_name.into(),
-            s.issue_url.into(),
-            s.evaluation_id.into(),
-            s.now.into(),
-        ])
-        .returning_col(Submissions::Id)
-        .to_owned();
-    Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
 }
 
 /// Everything a successful handoff writes, in one round trip: the handoff

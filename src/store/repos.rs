@@ -78,23 +78,30 @@ pub async fn repo_by_name_for(
     name: &str,
     user_id: i64,
 ) -> StoreResult<Option<RepoAccessRow>> {
-    let q = select_repo()
-        .expr_as(
-            Expr::col((Collaborators::Table, Collaborators::Permission)),
-            "collaborator_permission",
-        )
-        .left_join(
-            Collaborators::Table,
-            Expr::col((Collaborators::Table, Collaborators::RepositoryId))
-                .equals((Repositories::Table, Repositories::Id))
-                .and(Expr::col((Collaborators::Table, Collaborators::UserId)).eq(user_id)),
-        )
+    let mut q = select_repo();
+    with_collaborator_permission(&mut q, user_id);
+    let q = q
         .and_where(Expr::col((Users::Table, Users::LowerLogin)).eq(owner.to_ascii_lowercase()))
         .and_where(
             Expr::col((Repositories::Table, Repositories::LowerName)).eq(name.to_ascii_lowercase()),
         )
         .to_owned();
     tx.fetch_optional(&q).await
+}
+
+/// Adds `user_id`'s collaborator permission on the query's repository
+/// (`repositories` in it) as `collaborator_permission` (NULL when none).
+pub(super) fn with_collaborator_permission(q: &mut SelectStatement, user_id: i64) {
+    q.expr_as(
+        Expr::col((Collaborators::Table, Collaborators::Permission)),
+        "collaborator_permission",
+    )
+    .left_join(
+        Collaborators::Table,
+        Expr::col((Collaborators::Table, Collaborators::RepositoryId))
+            .equals((Repositories::Table, Repositories::Id))
+            .and(Expr::col((Collaborators::Table, Collaborators::UserId)).eq(user_id)),
+    );
 }
 
 /// Finds a repository by id.
