@@ -8,7 +8,7 @@ use sqlx::{FromRow, Row};
 
 use super::admission::{EvaluationInputs, InputRow, inputs_query, parse_inputs};
 use super::audit::{NewCall, ToolCalls, call_insert};
-use super::repos::{RepoRow, with_collaborator_permission};
+use super::repos::{RepoRow, id_by_name, with_collaborator_permission};
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
 };
@@ -284,25 +284,7 @@ pub async fn agent_grant_recorded(
         }
         Backend::Sqlite => {
             let select = agent_grant_query(Backend::Sqlite, a);
-            let inputs = inputs_query(Expr::from(
-                Query::select()
-                    .column((Repositories::Table, Repositories::Id))
-                    .from(Repositories::Table)
-                    .inner_join(
-                        Users::Table,
-                        Expr::col((Users::Table, Users::Id))
-                            .equals((Repositories::Table, Repositories::OwnerId)),
-                    )
-                    .and_where(
-                        Expr::col((Users::Table, Users::LowerLogin))
-                            .eq(a.owner.to_ascii_lowercase()),
-                    )
-                    .and_where(
-                        Expr::col((Repositories::Table, Repositories::LowerName))
-                            .eq(a.name.to_ascii_lowercase()),
-                    )
-                    .to_owned(),
-            ));
+            let inputs = inputs_query(Expr::from(id_by_name(a.owner, a.name)));
             let mut statements: Vec<&(dyn SqliteStatement + Sync)> = vec![&insert, &select];
             if a.admission_inputs {
                 statements.push(&inputs);

@@ -49,6 +49,24 @@ fn select_repo() -> SelectStatement {
         .to_owned()
 }
 
+/// The id of the repository `owner/name` (case-insensitively), as a
+/// subquery.
+pub(super) fn id_by_name(owner: &str, name: &str) -> SelectStatement {
+    Query::select()
+        .column((Repositories::Table, Repositories::Id))
+        .from(Repositories::Table)
+        .inner_join(
+            Users::Table,
+            Expr::col((Users::Table, Users::Id))
+                .equals((Repositories::Table, Repositories::OwnerId)),
+        )
+        .and_where(Expr::col((Users::Table, Users::LowerLogin)).eq(owner.to_ascii_lowercase()))
+        .and_where(
+            Expr::col((Repositories::Table, Repositories::LowerName)).eq(name.to_ascii_lowercase()),
+        )
+        .to_owned()
+}
+
 /// Finds a repository by `owner` and `name`, case-insensitively.
 pub async fn repo_by_name(tx: &mut Tx, owner: &str, name: &str) -> StoreResult<Option<RepoRow>> {
     let q = select_repo()
