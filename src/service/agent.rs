@@ -194,22 +194,8 @@ async fn find(tx: &mut Tx, caller: &Caller, route: Route<'_>) -> Result<ForKey> 
         lock: route.lock,
         admission_inputs: route.request_key.is_some(),
     };
-    let (found, inputs) = match audit::deferred_record(caller) {
-        Some(call) => {
-            let recorded = grants::agent_grant_recorded(tx, query, call)
-                .await
-                .map_err(audit::fail_closed)?;
-            match recorded {
-                Some(r) => {
-                    audit::written_in(caller, r.audit_id);
-                    (Some(r.found), r.inputs)
-                }
-                None => (None, None),
-            }
-        }
-        None => (grants::agent_grant_in_repo(tx, query).await?, None),
-    };
-    let Some(found) = found else {
+    let Some(grants::Found { found, inputs }) = grants::agent_grant_in_repo(tx, query).await?
+    else {
         reachable_repo(tx, caller, route.owner, route.repo).await?;
         return Err(Error::NotFound);
     };
@@ -258,7 +244,7 @@ pub async fn get(
 ) -> Result<GrantView> {
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository])?;
-    let mut tx = audit::open_deferred(ctx, caller, Access::Read).await?;
+    let mut tx = audit::open(ctx, caller, Access::Read).await?;
     let row = locate(&mut tx, caller, owner, repo, id, false).await?;
     audit::complete_in(&mut tx, caller, 200, None).await?;
     audit::commit(tx, caller).await?;
@@ -291,7 +277,7 @@ pub async fn confirm(
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
     let at = now();
-    let mut tx = audit::open_deferred(ctx, caller, Access::Write).await?;
+    let mut tx = audit::open(ctx, caller, Access::Write).await?;
     let row = locate(&mut tx, caller, owner, repo, id, true).await?;
     match decide_confirm(&facts(&row)?, &triple.digest, at) {
         Err(refusal) => Err(Error::refused(refusal, GrantView::from_row(&row)?)),

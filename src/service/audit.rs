@@ -2,14 +2,17 @@
 //! routes). Every call has one record; only argument names are recorded,
 //! never values.
 //!
-//! A native agent-route call is written by the use case itself, as the first
-//! statement of its own transaction ([`open`]), and its outcome is added in
-//! that same transaction ([`complete_in`], then [`commit`]): one commit per
-//! call, and no answer, not even a read's, leaves before its record is
-//! durable. If the record cannot be written, nothing runs (503, fail
-//! closed). If the operation refuses (its transaction rolls back, taking
-//! the record with it), [`finish`] writes the record with the refusal as
-//! its outcome in a transaction of its own.
+//! A native agent-route call's record is written by the use case itself,
+//! in its own transaction ([`open`]), once, whole, with its outcome
+//! ([`complete_in`], or the use case's last statement through
+//! [`outcome_target`]), and committed with the operation's writes
+//! ([`commit`]): one commit per call, one row write per record, and no
+//! answer, not even a read's, leaves before its record is durable. The
+//! record and the operation commit together or not at all, so if the
+//! record cannot be written nothing the operation did stays (503, fail
+//! closed). If the operation refuses (its transaction rolls back), [`finish`]
+//! writes the record with the refusal as its outcome in a transaction of
+//! its own.
 //!
 //! An MCP `tools/call` is first decided against the agent's tool grants,
 //! and the decision's record committed with it ([`begin_mcp`]); an allowed
@@ -24,7 +27,7 @@ use crate::domain::policy::Decision;
 use crate::domain::text::printable;
 use crate::domain::tools::{Tool, argument_names};
 use crate::store::Tx;
-use crate::store::audit::{self as store, NewCall, Outcome};
+use crate::store::audit::{self as store, CallEnd, NewCall, Outcome};
 
 /// How a call reached Writ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,18 +80,17 @@ pub struct Record {
 /// Where a record stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Not written yet: the call's transaction writes it.
+    /// Not written, no transaction holds it.
     Pending,
-    /// Not written yet, in an open transaction whose first statement writes
-    /// it (see [`open_deferred`]).
+    /// Not written, in an open transaction that writes it whole, with its
+    /// outcome (see [`open`]).
     Deferred,
-    /// In a transaction that has not committed (yet): written there when
-    /// `fresh`, else committed before; `completed` once its outcome is there.
-    InTx {
-        id: i64,
-        fresh: bool,
-        completed: bool,
-    },
+    /// Committed before (an MCP decision), in an open transaction that adds
+    /// its outcome.
+    InTx(i64),
+    /// Its outcome is written in an open transaction: the record with it,
+    /// or (`Some(id)`) added to the record committed before.
+    Completed(Option<i64>),
     /// Committed without its outcome (an MCP decision).
     Committed(i64),
     /// Committed with its outcome.
@@ -108,8 +110,8 @@ impl Record {
     /// known to be gone (rolled back).
     fn settled(&self) -> State {
         let state = match self.get() {
-            State::InTx { fresh: true, .. } | State::Deferred => State::Pending,
-            State::InTx { id, .. } => State::Committed(id),
+            State::Deferred | State::Completed(None) => State::Pending,
+            State::InTx(id) | State::Completed(Some(id)) => State::Committed(id),
             other => other,
         };
         self.set(state);
@@ -203,77 +205,25 @@ pub fn prepare_api(caller: &mut Caller, tool: Tool, call: &CallInfo<'_>) -> Resu
 
 /// Begins the transaction of a use case run for `caller`. For an audited
 /// call it is a write transaction (a consistent snapshot for reads) that
-/// holds the call's record: written here, as its first statement, unless it
-/// was committed before (MCP). Unaudited callers get a plain read or write
-/// transaction.
+/// will hold the call's record: written whole, with its outcome, by
+/// [`complete_in`] or by the statement [`outcome_target`] feeds (or, for an
+/// MCP call, whose record was committed before, completed there).
+/// Unaudited callers get a plain read or write transaction.
 pub async fn open(ctx: &Ctx, caller: &Caller, access: Access) -> Result<Tx> {
     let audited = caller.audit.as_deref().map(|r| (r, r.settled()));
     let Some((record, state)) = audited.filter(|(_, state)| *state != State::Done) else {
         return plain(ctx, access).await;
     };
-    let mut tx = match access {
-        Access::Read => ctx.store.write_snapshot().await,
-        Access::Write => ctx.store.write().await,
-    }
-    .map_err(fail_closed)?;
-    let next = match state {
-        State::Committed(id) => State::InTx {
-            id,
-            fresh: false,
-            completed: false,
-        },
-        _ => {
-            let id = store::insert_call(&mut tx, &record.call, None)
-                .await
-                .map_err(fail_closed)?;
-            State::InTx {
-                id,
-                fresh: true,
-                completed: false,
-            }
-        }
-    };
-    record.set(next);
-    Ok(tx)
-}
-
-/// [`open`] for a use case whose first statement is its grant lookup
-/// (`agent::locate`): a record not written yet is written by that statement
-/// ([`deferred_record`], [`written_in`]), in the same round trip. Anything
-/// the use case does comes after it, so the record still precedes the
-/// operation.
-pub async fn open_deferred(ctx: &Ctx, caller: &Caller, access: Access) -> Result<Tx> {
-    let Some(record) = caller.audit.as_deref() else {
-        return plain(ctx, access).await;
-    };
-    if record.settled() != State::Pending {
-        return open(ctx, caller, access).await;
-    }
     let tx = match access {
         Access::Read => ctx.store.write_snapshot().await,
         Access::Write => ctx.store.write().await,
     }
     .map_err(fail_closed)?;
-    record.set(State::Deferred);
+    record.set(match state {
+        State::Committed(id) => State::InTx(id),
+        _ => State::Deferred,
+    });
     Ok(tx)
-}
-
-/// The caller's record, if [`open_deferred`] left it for the first
-/// statement to write.
-pub fn deferred_record(caller: &Caller) -> Option<&NewCall> {
-    let record = caller.audit.as_deref()?;
-    (record.get() == State::Deferred).then_some(&record.call)
-}
-
-/// The first statement wrote the deferred record as `id`.
-pub fn written_in(caller: &Caller, id: i64) {
-    if let Some(record) = caller.audit.as_deref() {
-        record.set(State::InTx {
-            id,
-            fresh: true,
-            completed: false,
-        });
-    }
 }
 
 /// A read or write transaction with no audit record in it.
@@ -284,8 +234,9 @@ async fn plain(ctx: &Ctx, access: Access) -> Result<Tx> {
     })
 }
 
-/// Adds the outcome of the caller's audited call inside the transaction
-/// [`open`] began (a no-op for unaudited callers).
+/// Writes the outcome of the caller's audited call inside the transaction
+/// [`open`] began: the record with it, or, for a record committed before,
+/// the outcome alone (a no-op for unaudited callers).
 pub async fn complete_in(
     tx: &mut Tx,
     caller: &Caller,
@@ -295,47 +246,49 @@ pub async fn complete_in(
     let Some(record) = caller.audit.as_deref() else {
         return Ok(());
     };
-    if let State::InTx { id, fresh, .. } = record.get() {
-        let at = now().to_text();
-        let outcome = Outcome {
-            native_status: Some(status),
-            error_code: code,
-            at: &at,
-        };
-        store::complete_call(tx, id, outcome)
+    let at = now().to_text();
+    let outcome = Outcome {
+        native_status: Some(status),
+        error_code: code,
+        at: &at,
+    };
+    let completed = match record.get() {
+        State::Deferred => store::insert_call(tx, &record.call, Some(outcome))
             .await
-            .map_err(fail_closed)?;
-        record.set(State::InTx {
-            id,
-            fresh,
-            completed: true,
-        });
+            .map(|_| State::Completed(None)),
+        State::InTx(id) => store::complete_call(tx, id, outcome)
+            .await
+            .map(|_| State::Completed(Some(id))),
+        _ => return Ok(()),
     }
+    .map_err(fail_closed)?;
+    record.set(completed);
     Ok(())
 }
 
-/// For a write that adds the outcome in its own statement (see
-/// `store::issues::Handoff`): the record to complete and the time, if the
-/// caller is audited and its record is in this transaction. Call
+/// For a write that ends the call's record in its own statement (see
+/// `store::issues::Handoff`): the record to write whole or to complete, if
+/// the caller is audited and its transaction is open, and the time. Call
 /// [`completed_in`] once that statement succeeded.
-pub fn outcome_target(caller: &Caller) -> Option<(i64, String)> {
-    match caller.audit.as_deref()?.get() {
-        State::InTx { id, .. } => Some((id, now().to_text())),
-        _ => None,
-    }
+pub fn outcome_target(caller: &Caller) -> Option<(CallEnd<'_>, String)> {
+    let record = caller.audit.as_deref()?;
+    let end = match record.get() {
+        State::Deferred => CallEnd::Insert(&record.call),
+        State::InTx(id) => CallEnd::Complete(id),
+        _ => return None,
+    };
+    Some((end, now().to_text()))
 }
 
-/// Marks the caller's record as completed inside the transaction (its
-/// outcome was written by the statement [`outcome_target`] fed).
+/// Marks the caller's record as completed inside the transaction (the
+/// statement [`outcome_target`] fed wrote it).
 pub fn completed_in(caller: &Caller) {
-    if let Some(record) = caller.audit.as_deref()
-        && let State::InTx { id, fresh, .. } = record.get()
-    {
-        record.set(State::InTx {
-            id,
-            fresh,
-            completed: true,
-        });
+    if let Some(record) = caller.audit.as_deref() {
+        match record.get() {
+            State::Deferred => record.set(State::Completed(None)),
+            State::InTx(id) => record.set(State::Completed(Some(id))),
+            _ => {}
+        }
     }
 }
 
@@ -372,17 +325,27 @@ pub async fn classify_failed_write(ctx: &Ctx, caller: &Caller, err: Error) -> Er
 }
 
 /// Commits a transaction begun by [`open`]; from then on the caller's
-/// record is durable (with its outcome, if [`complete_in`] added it).
-pub async fn commit(tx: Tx, caller: &Caller) -> Result<()> {
+/// record is durable. A record the use case did not complete is written
+/// without its outcome first, so the operation's writes never commit
+/// without it ([`finish`] adds the outcome).
+pub async fn commit(mut tx: Tx, caller: &Caller) -> Result<()> {
+    let Some(record) = caller.audit.as_deref() else {
+        tx.commit().await?;
+        return Ok(());
+    };
+    let state = match record.get() {
+        State::Deferred => State::InTx(
+            store::insert_call(&mut tx, &record.call, None)
+                .await
+                .map_err(fail_closed)?,
+        ),
+        other => other,
+    };
     tx.commit().await?;
-    if let Some(record) = caller.audit.as_deref()
-        && let State::InTx { id, completed, .. } = record.get()
-    {
-        record.set(if completed {
-            State::Done
-        } else {
-            State::Committed(id)
-        });
+    match state {
+        State::InTx(id) => record.set(State::Committed(id)),
+        State::Completed(_) => record.set(State::Done),
+        _ => {}
     }
     Ok(())
 }

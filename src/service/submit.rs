@@ -83,7 +83,7 @@ pub async fn submit(
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
     let content = content_digest(input.triple.digest.as_str(), &input.title, &input.body);
-    let mut tx = audit::open_deferred(ctx, caller, Access::Write).await?;
+    let mut tx = audit::open(ctx, caller, Access::Write).await?;
     let key = input.request_key.as_str();
     let located = locate_for_key(&mut tx, caller, owner, repo, id, key).await?;
     let (grant, used) = (located.grant, located.used);
@@ -170,7 +170,7 @@ async fn resolve_after_race(
     input: &SubmitInput,
     content: &str,
 ) -> Result<Receipt> {
-    let mut tx = audit::open_deferred(ctx, caller, Access::Write).await?;
+    let mut tx = audit::open(ctx, caller, Access::Write).await?;
     let grant = locate(&mut tx, caller, owner, repo, id, false).await?;
     let existing = issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str())
         .await?
@@ -235,9 +235,9 @@ async fn create(
             repository_full_name: &full_name,
             issue_url_prefix: &url_prefix,
             submission_count: count,
-            audit: audit.as_ref().map(|(id, at)| {
+            audit: audit.as_ref().map(|(end, at)| {
                 (
-                    *id,
+                    *end,
                     CallOutcome {
                         native_status: Some(201),
                         error_code: None,
@@ -308,7 +308,7 @@ pub async fn readback(
 ) -> Result<Receipt> {
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository, Scope::ReadIssue])?;
-    let mut tx = audit::open_deferred(ctx, caller, Access::Read).await?;
+    let mut tx = audit::open(ctx, caller, Access::Read).await?;
     let grant = locate(&mut tx, caller, owner, repo, id, false).await?;
     let receipt = issues::submission_by_key(&mut tx, grant.id, key.as_str())
         .await?

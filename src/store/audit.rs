@@ -1,11 +1,14 @@
-//! The tool-call audit: one row per call, inserted before the operation runs
-//! (in the operation's own transaction, or for an MCP decision in the
-//! decision's) and completed once with its outcome. Rows are never deleted (the schema's
-//! triggers refuse it, and any other update).
+//! The tool-call audit: one row per call, written in the operation's own
+//! transaction whole, with its outcome, or for an MCP decision committed
+//! with the decision and completed once with its outcome in the operation's
+//! transaction. Rows are never deleted (the schema's triggers refuse it, and
+//! any other update).
 
-use sea_query::{Expr, ExprTrait, Iden, InsertStatement, Query, UpdateStatement};
+use sea_query::{
+    Expr, ExprTrait, Iden, InsertStatement, Query, SubQueryStatement, UpdateStatement,
+};
 
-use super::{StoreResult, Tx};
+use super::{SqliteStatement, StoreResult, Tx};
 
 /// `tool_calls`
 #[derive(Iden, Clone, Copy)]
@@ -100,7 +103,7 @@ pub async fn insert_call(
 }
 
 /// The insert of a call (see [`insert_call`]), returning its id.
-pub(super) fn call_insert(c: &NewCall, outcome: Option<Outcome<'_>>) -> InsertStatement {
+fn call_insert(c: &NewCall, outcome: Option<Outcome<'_>>) -> InsertStatement {
     use ToolCalls as T;
     Query::insert()
         .into_table(T::Table)
@@ -151,7 +154,7 @@ pub async fn complete_call(tx: &mut Tx, id: i64, outcome: Outcome<'_>) -> StoreR
 }
 
 /// The update that adds the outcome to a call not completed yet.
-pub(super) fn call_completion(id: i64, outcome: Outcome<'_>) -> UpdateStatement {
+fn call_completion(id: i64, outcome: Outcome<'_>) -> UpdateStatement {
     use ToolCalls as T;
     Query::update()
         .table(T::Table)
@@ -166,4 +169,49 @@ pub(super) fn call_completion(id: i64, outcome: Outcome<'_>) -> UpdateStatement 
         .and_where(Expr::col(T::Id).eq(id))
         .and_where(Expr::col(T::CompletedAt).is_null())
         .to_owned()
+}
+
+/// Which record a statement that ends a call writes its outcome to.
+#[derive(Debug, Clone, Copy)]
+pub enum CallEnd<'a> {
+    /// The record is not written yet: insert it whole, with the outcome.
+    Insert(&'a NewCall),
+    /// The record was committed before (an MCP decision): add the outcome.
+    Complete(i64),
+}
+
+/// The statement that writes a call's outcome (see [`CallEnd`]), returning
+/// the record's id.
+pub(super) enum CallEndStatement {
+    Insert(InsertStatement),
+    Complete(UpdateStatement),
+}
+
+impl CallEndStatement {
+    pub(super) fn new(end: CallEnd<'_>, outcome: Outcome<'_>) -> CallEndStatement {
+        match end {
+            CallEnd::Insert(call) => CallEndStatement::Insert(call_insert(call, Some(outcome))),
+            CallEnd::Complete(id) => CallEndStatement::Complete(
+                call_completion(id, outcome)
+                    .returning_col(ToolCalls::Id)
+                    .to_owned(),
+            ),
+        }
+    }
+
+    /// For a data-modifying `WITH` (PostgreSQL).
+    pub(super) fn into_subquery(self) -> SubQueryStatement {
+        match self {
+            CallEndStatement::Insert(q) => q.into(),
+            CallEndStatement::Complete(q) => q.into(),
+        }
+    }
+
+    /// For a script (SQLite).
+    pub(super) fn as_sqlite(&self) -> &(dyn SqliteStatement + Sync) {
+        match self {
+            CallEndStatement::Insert(q) => q,
+            CallEndStatement::Complete(q) => q,
+        }
+    }
 }

@@ -1,18 +1,16 @@
 //! Grants and their event timeline.
 
 use sea_query::{
-    CommonTableExpression, Cond, Expr, ExprTrait, IntoCondition, JoinType, LockType, Order, Query,
-    SelectStatement, Value, WithClause,
+    Cond, Expr, ExprTrait, IntoCondition, JoinType, LockType, Order, Query, SelectStatement, Value,
 };
-use sqlx::{FromRow, Row};
+use sqlx::FromRow;
 
 use super::admission::{EvaluationInputs, InputRow, inputs_query, parse_inputs};
-use super::audit::{NewCall, ToolCalls, call_insert};
 use super::repos::{RepoRow, id_by_name, with_collaborator_permission};
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
 };
-use super::{Backend, SqliteStatement, StoreResult, Tx};
+use super::{Backend, StoreResult, Tx};
 
 /// A grant joined with every login and repository fact its JSON needs.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -185,21 +183,19 @@ pub struct AgentGrantQuery<'a> {
     /// Take the grant's row lock (see [`grant_by_id_locked`]).
     pub lock: bool,
     /// Also read the admission inputs of the route's repository, when that
-    /// costs no round trip (the SQLite script of [`agent_grant_recorded`]).
+    /// costs no round trip (the SQLite script of [`agent_grant_in_repo`]).
     pub admission_inputs: bool,
 }
 
-/// What [`agent_grant_recorded`] finds.
-pub struct Recorded {
-    /// The id of the audit record written.
-    pub audit_id: i64,
+/// What [`agent_grant_in_repo`] finds.
+pub struct Found {
     /// The grant.
     pub found: AgentGrantRow,
     /// The admission inputs, if asked and read with it.
     pub inputs: Option<EvaluationInputs>,
 }
 
-/// What [`agent_grant_in_repo`] finds.
+/// A grant found through its route.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AgentGrantRow {
     /// The grant.
@@ -234,95 +230,41 @@ impl AgentGrantRow {
 
 /// Finds a bot's grant through its route (see [`AgentGrantQuery`]) in one
 /// statement: the grant, its repository by name, the agent's collaborator
-/// entry and, for a submit, the receipt under the request key. `None` when
-/// any of it does not match (the caller then tells which).
+/// entry and, for a submit, the receipt under the request key. On SQLite,
+/// when asked, the admission inputs of the route's repository come in the
+/// same script (one hand-off to the connection's thread). `None` when any
+/// of it does not match (the caller then tells which).
 pub async fn agent_grant_in_repo(
     tx: &mut Tx,
     a: AgentGrantQuery<'_>,
-) -> StoreResult<Option<AgentGrantRow>> {
-    let q = agent_grant_query(tx.backend(), a);
-    tx.fetch_optional(&q).await
-}
-
-/// [`agent_grant_in_repo`] after inserting an audit record (the call's
-/// record comes first), in one round trip: one script on SQLite (one
-/// hand-off to the connection's thread), one statement with a data-modifying
-/// `WITH` on PostgreSQL. Returns the record's id when the grant is found;
-/// when it is not, the record is written all the same (the caller's
-/// refusal rolls it back with the transaction and records the refusal).
-pub async fn agent_grant_recorded(
-    tx: &mut Tx,
-    a: AgentGrantQuery<'_>,
-    call: &NewCall,
-) -> StoreResult<Option<Recorded>> {
-    let insert = call_insert(call, None);
-    match tx.backend() {
-        Backend::Postgres => {
-            let record = CommonTableExpression::new()
-                .query(insert)
-                .table_name("recorded")
-                .to_owned();
-            let mut select = agent_grant_query(Backend::Postgres, a);
-            select.expr_as(
-                Expr::from(
-                    Query::select()
-                        .column(ToolCalls::Id)
-                        .from("recorded")
-                        .to_owned(),
-                ),
-                "audit_id",
-            );
-            let q = select.with(WithClause::new().cte(record).to_owned());
-            Ok(tx
-                .fetch_optional::<RecordedRow>(&q)
-                .await?
-                .map(|r| Recorded {
-                    audit_id: r.audit_id,
-                    found: r.found,
-                    inputs: None,
-                }))
-        }
-        Backend::Sqlite => {
-            let select = agent_grant_query(Backend::Sqlite, a);
-            let inputs = inputs_query(Expr::from(id_by_name(a.owner, a.name)));
-            let mut statements: Vec<&(dyn SqliteStatement + Sync)> = vec![&insert, &select];
-            if a.admission_inputs {
-                statements.push(&inputs);
-            }
-            let mut steps = tx.sqlite_script(&statements).await?;
-            let audit_id = steps
-                .first()
-                .and_then(|s| s.rows.first())
-                .ok_or(sqlx::Error::RowNotFound)?
-                .try_get(0)?;
-            let Some(row) = steps.get(1).and_then(|s| s.rows.first()) else {
-                return Ok(None);
-            };
-            let found = AgentGrantRow::from_row(row)?;
-            let inputs = match steps.get_mut(2) {
-                Some(step) => Some(parse_inputs(
-                    std::mem::take(&mut step.rows)
-                        .iter()
-                        .map(InputRow::from_row)
-                        .collect::<StoreResult<Vec<_>>>()?,
-                )?),
-                None => None,
-            };
-            Ok(Some(Recorded {
-                audit_id,
-                found,
-                inputs,
-            }))
-        }
+) -> StoreResult<Option<Found>> {
+    let select = agent_grant_query(tx.backend(), a);
+    if !(a.admission_inputs && tx.backend() == Backend::Sqlite) {
+        let found = tx.fetch_optional::<AgentGrantRow>(&select).await?;
+        return Ok(found.map(|found| Found {
+            found,
+            inputs: None,
+        }));
     }
-}
-
-/// A grant found with the id of the audit record written with it.
-#[derive(sqlx::FromRow)]
-struct RecordedRow {
-    #[sqlx(flatten)]
-    found: AgentGrantRow,
-    audit_id: i64,
+    let inputs = inputs_query(Expr::from(id_by_name(a.owner, a.name)));
+    let mut steps = tx.sqlite_script(&[&select, &inputs]).await?;
+    let Some(row) = steps.first().and_then(|s| s.rows.first()) else {
+        return Ok(None);
+    };
+    let found = AgentGrantRow::from_row(row)?;
+    let rows = steps
+        .get_mut(1)
+        .map(|step| std::mem::take(&mut step.rows))
+        .unwrap_or_default();
+    let inputs = parse_inputs(
+        rows.iter()
+            .map(InputRow::from_row)
+            .collect::<StoreResult<Vec<_>>>()?,
+    )?;
+    Ok(Some(Found {
+        found,
+        inputs: Some(inputs),
+    }))
 }
 
 fn agent_grant_query(backend: Backend, a: AgentGrantQuery<'_>) -> SelectStatement {

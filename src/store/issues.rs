@@ -7,7 +7,7 @@ use sea_query::{
 use sqlx::Row;
 
 use super::admission::{NewEvaluation, evaluation_insert};
-use super::audit::{Outcome, ToolCalls, call_completion};
+use super::audit::{CallEnd, CallEndStatement, Outcome};
 use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions, Users};
 use super::{Backend, SqliteStatement, StoreResult, Tx};
 
@@ -283,7 +283,7 @@ pub struct Handoff<'a> {
     /// The grant's counter after this submission.
     pub submission_count: i64,
     /// The audited call's record and outcome, if the call is audited.
-    pub audit: Option<(i64, Outcome<'a>)>,
+    pub audit: Option<(CallEnd<'a>, Outcome<'a>)>,
 }
 
 /// The ids a [`hand_off`] wrote.
@@ -444,13 +444,10 @@ async fn hand_off_postgres(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOf
         .from("iss")
         .from("sub")
         .from("g");
-    if let Some((id, outcome)) = h.audit {
+    if let Some((end, outcome)) = h.audit {
         with.cte(cte(
             "au",
-            call_completion(id, outcome)
-                .returning_col(ToolCalls::Id)
-                .to_owned()
-                .into(),
+            CallEndStatement::new(end, outcome).into_subquery(),
         ));
         select.from("au");
     }
@@ -497,11 +494,14 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
             .to_owned(),
     );
     let counter = bump_counter(h);
-    let completion = h.audit.map(|(id, outcome)| call_completion(id, outcome));
+    // Last: the receipt above reads the issue as the last inserted row.
+    let completion = h
+        .audit
+        .map(|(end, outcome)| CallEndStatement::new(end, outcome));
     let mut statements: Vec<&(dyn SqliteStatement + Sync)> =
         vec![&evaluation, &index, &issue, &receipt, &counter];
     if let Some(completion) = &completion {
-        statements.push(completion);
+        statements.push(completion.as_sqlite());
     }
     let steps = tx.sqlite_script(&statements).await?;
     let first = |step: usize, col: usize| -> StoreResult<i64> {

@@ -1522,3 +1522,65 @@ async fn mcp_health_page_for_site_admins(app: TestApp) {
         assert!(page.body.contains(text), "{text} missing: {}", page.body);
     }
 }
+
+both_backends!(admission_evidence_is_never_changed);
+/// The catalog, the health snapshot and the filesystem-context change an
+/// evaluation cites are history: the schema refuses to change or delete
+/// them (PostgreSQL relies on this instead of foreign keys that lock rows
+/// every submission shares).
+async fn admission_evidence_is_never_changed(app: TestApp) {
+    let world = World::new(&app).await;
+    let id = world.active("Evidence").await;
+    world
+        .submit(id, &new_key(), "Evidence", "")
+        .await
+        .assert_status(201);
+    let mut conn = SqlConn::connect(&app.database_url()).await;
+    let cited = conn
+        .text_rows(&format!(
+            "SELECT CAST(snapshot_id AS TEXT), catalog_version, \
+             CAST(e.actor_id AS TEXT), CAST(g.repository_id AS TEXT) \
+             FROM admission_evaluations e JOIN grants g ON g.id = e.grant_id \
+             WHERE e.grant_id = {id} AND e.phase = 'handoff'"
+        ))
+        .await;
+    let [snapshot, catalog, actor, repository] = &cited[0][..] else {
+        panic!("one handoff evaluation: {cited:?}");
+    };
+    let (snapshot, catalog) = (snapshot.clone().unwrap(), catalog.clone().unwrap());
+    let (actor, repository) = (actor.clone().unwrap(), repository.clone().unwrap());
+    conn.execute(&format!(
+        "INSERT INTO fs_context_changes (repository_id, action, capabilities, actor_id, at) \
+         VALUES ({repository}, 'approved', '[]', {actor}, '2026-01-01T00:00:00.000000Z')"
+    ))
+    .await
+    .expect("a change is appended");
+    let statements = [
+        format!("UPDATE catalogs SET content = '{{}}' WHERE version = '{catalog}'"),
+        format!("DELETE FROM catalogs WHERE version = '{catalog}'"),
+        format!("UPDATE health_snapshots SET content = '[]' WHERE id = {snapshot}"),
+        format!("DELETE FROM health_snapshots WHERE id = {snapshot}"),
+        "UPDATE fs_context_changes SET action = 'denied'".to_owned(),
+        "DELETE FROM fs_context_changes".to_owned(),
+    ];
+    for sql in &statements {
+        let result = conn.execute(sql).await;
+        assert!(
+            result
+                .as_ref()
+                .is_err_and(|e| e.contains("admission evidence")),
+            "{sql}: {result:?}"
+        );
+    }
+    let kept = conn
+        .text_rows(&format!(
+            "SELECT (SELECT content FROM catalogs WHERE version = '{catalog}'), \
+             (SELECT CAST(COUNT(*) AS TEXT) FROM health_snapshots WHERE id = {snapshot}), \
+             (SELECT action FROM fs_context_changes)"
+        ))
+        .await;
+    assert_ne!(kept[0][0].as_deref(), Some("{}"));
+    assert_eq!(kept[0][1].as_deref(), Some("1"));
+    assert_eq!(kept[0][2].as_deref(), Some("approved"));
+    conn.close().await;
+}

@@ -102,6 +102,22 @@ impl SqlConn {
         }
     }
 
+    /// Runs one statement; the rows it changed, or the error text.
+    pub async fn execute(&mut self, sql: &str) -> Result<u64, String> {
+        let sql = AssertSqlSafe(sql.to_owned());
+        let result = match self {
+            SqlConn::Sqlite(c) => sqlx::raw_sql(sql)
+                .execute(&mut *c)
+                .await
+                .map(|r| r.rows_affected()),
+            SqlConn::Postgres(c) => sqlx::raw_sql(sql)
+                .execute(&mut *c)
+                .await
+                .map(|r| r.rows_affected()),
+        };
+        result.map_err(|e| e.to_string())
+    }
+
     pub async fn close(self) {
         let _ = match self {
             SqlConn::Sqlite(conn) => conn.close().await,
