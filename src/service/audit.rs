@@ -97,6 +97,18 @@ enum State {
     Done,
 }
 
+impl State {
+    /// The state once the open transaction wrote the outcome (`None` when
+    /// no transaction of this call is open).
+    fn completed(self) -> Option<State> {
+        match self {
+            State::Deferred => Some(State::Completed(None)),
+            State::InTx(id) => Some(State::Completed(Some(id))),
+            _ => None,
+        }
+    }
+}
+
 impl Record {
     fn get(&self) -> State {
         *self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -252,14 +264,15 @@ pub async fn complete_in(
         error_code: code,
         at: &at,
     };
-    let completed = match record.get() {
-        State::Deferred => store::insert_call(tx, &record.call, Some(outcome))
+    let state = record.get();
+    let Some(completed) = state.completed() else {
+        return Ok(());
+    };
+    match state {
+        State::InTx(id) => store::complete_call(tx, id, outcome).await.map(drop),
+        _ => store::insert_call(tx, &record.call, Some(outcome))
             .await
-            .map(|_| State::Completed(None)),
-        State::InTx(id) => store::complete_call(tx, id, outcome)
-            .await
-            .map(|_| State::Completed(Some(id))),
-        _ => return Ok(()),
+            .map(drop),
     }
     .map_err(fail_closed)?;
     record.set(completed);
@@ -283,12 +296,10 @@ pub fn outcome_target(caller: &Caller) -> Option<(CallEnd<'_>, String)> {
 /// Marks the caller's record as completed inside the transaction (the
 /// statement [`outcome_target`] fed wrote it).
 pub fn completed_in(caller: &Caller) {
-    if let Some(record) = caller.audit.as_deref() {
-        match record.get() {
-            State::Deferred => record.set(State::Completed(None)),
-            State::InTx(id) => record.set(State::Completed(Some(id))),
-            _ => {}
-        }
+    if let Some(record) = caller.audit.as_deref()
+        && let Some(completed) = record.get().completed()
+    {
+        record.set(completed);
     }
 }
 
