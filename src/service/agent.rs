@@ -146,8 +146,7 @@ pub struct ForKey {
     pub grant: GrantRow,
     /// The grant's receipt under the request key, if there is one.
     pub used: Option<i64>,
-    /// The handoff admission's inputs, when they were read with the grant
-    /// at no extra cost (SQLite).
+    /// The handoff admission's inputs, read with the grant (for a submit).
     pub inputs: Option<EvaluationInputs>,
 }
 

@@ -317,7 +317,10 @@ pub struct EvaluationInputs {
 /// One row of [`evaluation_inputs`]' union: `kind` 0 is a filesystem change,
 /// 1 an MCP's health, 2 the newest snapshot; the other columns mean what
 /// their kind gives them.
-#[derive(Debug, sqlx::FromRow)]
+///
+/// Deserialized from JSON too, as an array in column order (see
+/// [`inputs_json`]).
+#[derive(Debug, sqlx::FromRow, serde::Deserialize)]
 pub(super) struct InputRow {
     kind: i32,
     id: Option<i64>,
@@ -389,6 +392,29 @@ pub(super) fn inputs_query(repository: Expr) -> SelectStatement {
         .union(UnionType::All, health)
         .union(UnionType::All, snapshot)
         .to_owned()
+}
+
+/// [`inputs_query`] aggregated into one JSON text value (PostgreSQL): an
+/// array of rows, each an array of the row's columns in order (`NULL` when
+/// there is none), to ride along as one column of another statement.
+pub(super) fn inputs_json(repository: Expr) -> Expr {
+    let rows = Query::select()
+        .expr(Expr::cust(
+            r#"CAST(json_agg(json_build_array("i"."kind", "i"."id", "i"."a", "i"."b", "i"."c", "i"."d", "i"."installed", "i"."healthy")) AS TEXT)"#,
+        ))
+        .from_subquery(inputs_query(repository), "i")
+        .to_owned();
+    Expr::from(rows)
+}
+
+/// The value of an [`inputs_json`] column, sorted into its parts.
+pub(super) fn parse_inputs_json(json: Option<&str>) -> StoreResult<EvaluationInputs> {
+    let rows = match json {
+        Some(json) => serde_json::from_str::<Vec<InputRow>>(json)
+            .map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        None => Vec::new(),
+    };
+    parse_inputs(rows)
 }
 
 /// The rows of [`inputs_query`], sorted into their parts.

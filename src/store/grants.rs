@@ -5,7 +5,9 @@ use sea_query::{
 };
 use sqlx::FromRow;
 
-use super::admission::{EvaluationInputs, InputRow, inputs_query, parse_inputs};
+use super::admission::{
+    EvaluationInputs, InputRow, inputs_json, inputs_query, parse_inputs, parse_inputs_json,
+};
 use super::repos::{RepoRow, id_by_name, with_collaborator_permission};
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
@@ -182,8 +184,8 @@ pub struct AgentGrantQuery<'a> {
     pub request_key: Option<&'a str>,
     /// Take the grant's row lock (see [`grant_by_id_locked`]).
     pub lock: bool,
-    /// Also read the admission inputs of the route's repository, when that
-    /// costs no round trip (the SQLite script of [`agent_grant_in_repo`]).
+    /// Also read the admission inputs of the route's repository (in the
+    /// same round trip, see [`agent_grant_in_repo`]).
     pub admission_inputs: bool,
 }
 
@@ -230,20 +232,34 @@ impl AgentGrantRow {
 
 /// Finds a bot's grant through its route (see [`AgentGrantQuery`]) in one
 /// statement: the grant, its repository by name, the agent's collaborator
-/// entry and, for a submit, the receipt under the request key. On SQLite,
-/// when asked, the admission inputs of the route's repository come in the
-/// same script (one hand-off to the connection's thread). `None` when any
-/// of it does not match (the caller then tells which).
+/// entry and, for a submit, the receipt under the request key. When asked,
+/// the admission inputs of the route's repository come with it: as one JSON
+/// column of the same statement on PostgreSQL (one round trip), as the
+/// second statement of the same script on SQLite (one hand-off to the
+/// connection's thread). `None` when any of it does not match (the caller
+/// then tells which).
 pub async fn agent_grant_in_repo(
     tx: &mut Tx,
     a: AgentGrantQuery<'_>,
 ) -> StoreResult<Option<Found>> {
-    let select = agent_grant_query(tx.backend(), a);
-    if !(a.admission_inputs && tx.backend() == Backend::Sqlite) {
+    let mut select = agent_grant_query(tx.backend(), a);
+    if !a.admission_inputs {
         let found = tx.fetch_optional::<AgentGrantRow>(&select).await?;
         return Ok(found.map(|found| Found {
             found,
             inputs: None,
+        }));
+    }
+    if tx.backend() == Backend::Postgres {
+        let repository = Expr::col((Repositories::Table, Repositories::Id));
+        select.expr_as(inputs_json(repository), "admission_inputs");
+        let Some(row) = tx.fetch_optional::<WithInputs>(&select).await? else {
+            return Ok(None);
+        };
+        let inputs = parse_inputs_json(row.admission_inputs.as_deref())?;
+        return Ok(Some(Found {
+            found: row.found,
+            inputs: Some(inputs),
         }));
     }
     let inputs = inputs_query(Expr::from(id_by_name(a.owner, a.name)));
@@ -265,6 +281,15 @@ pub async fn agent_grant_in_repo(
         found,
         inputs: Some(inputs),
     }))
+}
+
+/// A grant found through its route with its repository's admission inputs
+/// as one JSON column (PostgreSQL).
+#[derive(sqlx::FromRow)]
+struct WithInputs {
+    #[sqlx(flatten)]
+    found: AgentGrantRow,
+    admission_inputs: Option<String>,
 }
 
 fn agent_grant_query(backend: Backend, a: AgentGrantQuery<'_>) -> SelectStatement {

@@ -21,6 +21,7 @@ use std::time::Duration;
 use sea_query::{ExprTrait, PostgresQueryBuilder, SqliteQueryBuilder};
 use sea_query_sqlx::SqlxBinder;
 use sqlx::pool::PoolConnection;
+use sqlx::pool::PoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
@@ -66,6 +67,29 @@ impl<T> BothRows for T where
 {
 }
 
+/// How long a pooled connection may sit idle and still be handed out
+/// without a ping first.
+pub const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// sqlx pings every pooled connection before handing it out (one round trip
+/// to the engine per acquire; two per agent call, one for the token and one
+/// for the transaction). Here only a connection idle for [`PING_AFTER_IDLE`]
+/// or more is pinged: one in steady use has just answered. A connection that
+/// broke in between fails its first statement instead, before anything was
+/// committed, and the request is answered 5xx (docs/decisions.md).
+fn pinged_when_idle<DB: sqlx::Database>(options: PoolOptions<DB>) -> PoolOptions<DB> {
+    options
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_AFTER_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 impl Store {
     /// Opens a pool for `config.database_url`, chosen by its scheme.
     pub async fn connect(config: &Config) -> anyhow::Result<Store> {
@@ -85,7 +109,7 @@ impl Store {
                 .synchronous(synchronous)
                 .foreign_keys(true)
                 .busy_timeout(Duration::from_secs(10));
-            let pool = SqlitePoolOptions::new()
+            let pool = pinged_when_idle(SqlitePoolOptions::new())
                 .max_connections(Ord::max(config.max_connections, 3))
                 .connect_with(options)
                 .await?;
@@ -95,7 +119,7 @@ impl Store {
             Ok(Store::Sqlite(pool, writer))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let options = PgConnectOptions::from_str(url)?;
-            let pool = PgPoolOptions::new()
+            let pool = pinged_when_idle(PgPoolOptions::new())
                 .max_connections(Ord::max(config.max_connections, 2))
                 .acquire_timeout(Duration::from_secs(10))
                 .connect_with(options)
