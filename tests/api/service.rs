@@ -78,3 +78,33 @@ async fn api_routes_never_redirect(app: TestApp) {
     }
     world.assert_unchanged(id, &before).await;
 }
+
+both_backends!(connections_the_database_dropped_are_replaced);
+async fn connections_the_database_dropped_are_replaced(app: TestApp) {
+    app.create_user("before-drop", "bot", None).await;
+    app.get("/readyz", Auth::None).await.assert_status(200);
+    // PostgreSQL: end every server process of the app's pooled connections,
+    // as a database restart or an idle-connection reaper would. (SQLite has
+    // no server to drop them; there the same steps just have to keep working.)
+    let url = app.database_url();
+    if url.starts_with("postgres") {
+        let mut sql = crate::db::SqlConn::connect(&url).await;
+        let ended = sql
+            .text_rows(
+                "SELECT CAST(pg_terminate_backend(pid) AS TEXT) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+            .await;
+        assert!(
+            ended.iter().any(|row| row[0].as_deref() == Some("true")),
+            "no pooled connection was ended: {ended:?}"
+        );
+        sql.close().await;
+    }
+    // A connection idle this long is pinged before it is handed out, and a
+    // dead one replaced, so the next requests succeed.
+    tokio::time::sleep(writ::store::PING_AFTER_IDLE + std::time::Duration::from_millis(300)).await;
+    app.get("/readyz", Auth::None).await.assert_status(200);
+    app.create_user("after-drop", "bot", None).await;
+    app.get("/readyz", Auth::None).await.assert_status(200);
+}
