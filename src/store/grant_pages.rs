@@ -205,7 +205,7 @@ pub async fn list_page(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let q = select_grant()
+    let q = select_grant(tx.backend())
         .and_where(Expr::col((Grants::Table, Grants::Id)).is_in(ids.into_iter().map(|(id,)| id)))
         .order_by((Grants::Table, Grants::Id), Order::Asc)
         .to_owned();

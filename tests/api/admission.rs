@@ -1584,3 +1584,63 @@ async fn admission_evidence_is_never_changed(app: TestApp) {
     assert_eq!(kept[0][2].as_deref(), Some("approved"));
     conn.close().await;
 }
+
+// ---------------------------------------------------------------------------
+// The latest evaluation in a grant's JSON.
+// ---------------------------------------------------------------------------
+
+both_backends!(each_grant_shows_its_own_latest_evaluation);
+async fn each_grant_shows_its_own_latest_evaluation(app: TestApp) {
+    let world = World::new(&app).await;
+    let older = world.active("Older grant").await;
+    let newer = world.active("Newer grant").await;
+    let prepared = world.prepare("Prepared, never evaluated").await;
+    // The older grant's newest evaluation now comes after every evaluation
+    // of the newer grant, and the prepared grant (made last) has none.
+    for n in 0..3 {
+        world
+            .submitted(older, &new_key(), &format!("Handoff {n}"), "body")
+            .await;
+    }
+    let mut sql = SqlConn::connect(&app.database_url()).await;
+    let rows = sql
+        .text_rows(
+            "SELECT CAST(grant_id AS TEXT), CAST(MAX(id) AS TEXT) \
+             FROM admission_evaluations GROUP BY grant_id",
+        )
+        .await;
+    sql.close().await;
+    let latest = |id: i64| -> Value {
+        rows.iter()
+            .find(|row| row[0].as_deref() == Some(id.to_string().as_str()))
+            .and_then(|row| row[1].as_deref())
+            .map_or(Value::Null, |max| json!(max.parse::<i64>().unwrap()))
+    };
+    assert_ne!(latest(older), Value::Null);
+    assert_ne!(latest(newer), Value::Null);
+    assert!(latest(older).as_i64() > latest(newer).as_i64());
+    assert_eq!(latest(prepared), Value::Null, "{rows:?}");
+
+    // One grant read at a time, and all of them in one list page.
+    for id in [older, newer, prepared] {
+        let grant = world.grant(id).await;
+        assert_eq!(grant["admission"]["evaluation_id"], latest(id), "{grant}");
+        if latest(id).is_null() {
+            assert_eq!(grant["admission"], Value::Null, "{grant}");
+        }
+    }
+    let list = app
+        .get(
+            "/api/v1/agent-work-grants?state=all",
+            Auth::Token(&world.bot),
+        )
+        .await;
+    list.assert_status(200);
+    let grants = list.json();
+    let listed = grants.as_array().expect("a list");
+    assert_eq!(listed.len(), 3, "{grants}");
+    for grant in listed {
+        let id = grant["id"].as_i64().expect("id");
+        assert_eq!(grant["admission"]["evaluation_id"], latest(id), "{grant}");
+    }
+}

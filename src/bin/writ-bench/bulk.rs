@@ -40,7 +40,15 @@ pub async fn add_grants(target: &Target, count: usize) -> anyhow::Result<i64> {
             let mut conn = sqlx::PgConnection::connect(&target.server_url).await?;
             if count > 0 {
                 sqlx::query(COPY).bind(count).execute(&mut conn).await?;
-                sqlx::query("ANALYZE").execute(&mut conn).await?;
+                // What autovacuum would do after such a load: statistics
+                // for the tables the copy filled. Not the others: analyzed
+                // at their fixture size (a handful of evaluations, receipts,
+                // audit records), PostgreSQL would take them for tiny while
+                // the run grows them, and plans cached from then on would
+                // scan them whole (docs/performance.md, session 6).
+                sqlx::query("ANALYZE grants, grant_counts")
+                    .execute(&mut conn)
+                    .await?;
             }
             sqlx::query_as("SELECT COUNT(*) FROM grants")
                 .fetch_one(&mut conn)
