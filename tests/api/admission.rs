@@ -1582,6 +1582,29 @@ async fn admission_evidence_is_never_changed(app: TestApp) {
     assert_ne!(kept[0][0].as_deref(), Some("{}"));
     assert_eq!(kept[0][1].as_deref(), Some("1"));
     assert_eq!(kept[0][2].as_deref(), Some("approved"));
+
+    // An evaluation's grant and actor are never deleted either (on
+    // PostgreSQL no foreign key guards those references any more). The
+    // grant has receipts, so try the bare grant rows' triggers directly on
+    // a grant nothing refers to as well.
+    let fresh = world.prepare("Nothing refers to me").await;
+    for sql in [
+        format!("DELETE FROM grants WHERE id = {fresh}"),
+        format!("DELETE FROM grants WHERE id = {id}"),
+        format!("DELETE FROM users WHERE id = {actor}"),
+    ] {
+        let result = conn.execute(&sql).await;
+        assert!(
+            result.as_ref().is_err_and(|e| e.contains("never deleted")),
+            "{sql}: {result:?}"
+        );
+    }
+    let left = conn
+        .text_rows(&format!(
+            "SELECT CAST(COUNT(*) AS TEXT) FROM grants WHERE id IN ({fresh}, {id})"
+        ))
+        .await;
+    assert_eq!(left[0][0].as_deref(), Some("2"));
     conn.close().await;
 }
 
