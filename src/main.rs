@@ -9,12 +9,6 @@ use writ::service::admin::{
 };
 use writ::{Config, Writ};
 
-/// mimalloc instead of glibc's allocator: a request allocates many small,
-/// short-lived values (query trees, rows, JSON), and glibc's malloc/free
-/// were ~20% of the server's CPU under load (docs/performance.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "writ",
