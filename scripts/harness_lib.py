@@ -776,13 +776,25 @@ def check_submission_invariants(checks: Checks, db: Database, acked: dict[tuple[
 
     # 10. Every receipt committed with its audit outcome: a created receipt and its call's
     #     `tool_calls` outcome (201) are written in one transaction, so after any crash there
-    #     are exactly as many submit calls recorded as 201 as there are receipts.
+    #     are exactly as many submit calls recorded as 201 as there are receipts, for each
+    #     (agent, repository) pair. (The record keeps argument names, never values, so it
+    #     names no grant or key: the finest pairing it allows is by agent and repository.)
     if db.table_exists("tool_calls"):
-        audited = db.rows("SELECT COUNT(*) AS n FROM tool_calls "
-                          "WHERE lower(tool) = 'submit_agent_work_proposal' AND native_status = 201")
-        n = int(audited[0]["n"])
-        checks.check(f"{p}every receipt has exactly one submit call audited with 201",
-                     n == len(receipts), f"{n} audited 201s, {len(receipts)} receipts")
+        audited = db.rows("SELECT agent_id, repository, COUNT(*) AS n FROM tool_calls "
+                          "WHERE lower(tool) = 'submit_agent_work_proposal' AND native_status = 201 "
+                          "GROUP BY agent_id, repository")
+        recorded = {(int(a["agent_id"]), a["repository"]): int(a["n"]) for a in audited}
+        made: dict[tuple[int, str], int] = {}
+        for r in db.rows("SELECT agent_id, repository_full_name FROM submissions"):
+            pair = (int(r["agent_id"]), r["repository_full_name"])
+            made[pair] = made.get(pair, 0) + 1
+        off = {f"agent {a} on {repo}": (recorded.get((a, repo), 0), made.get((a, repo), 0))
+               for (a, repo) in set(recorded) | set(made)
+               if recorded.get((a, repo), 0) != made.get((a, repo), 0)}
+        checks.check(f"{p}every receipt has exactly one submit call audited with 201, "
+                     f"per agent and repository", not off,
+                     f"{sum(recorded.values())} audited 201s, {len(receipts)} receipts, "
+                     f"{len(made)} pairs" if not off else f"(audited, receipts): {off}")
 
     # 9. Every receipt has its handoff evaluation.
     # ------------------------------------------------------------------------------------
