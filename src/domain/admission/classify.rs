@@ -1,6 +1,8 @@
 //! Classifying one capability: normalize once, apply the alias, then the
 //! first of six ordered rules wins.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use super::catalog::{Catalog, Delivery};
@@ -32,17 +34,32 @@ pub struct Classified {
 
 /// Trim, lowercase, inner whitespace runs to `_`.
 pub fn normalize(raw: &str) -> String {
+    normalized(raw).into_owned()
+}
+
+/// [`normalize`], borrowing `raw` when it is normal already (ASCII, no
+/// uppercase, no whitespace: the common case, with no allocation).
+pub fn normalized(raw: &str) -> Cow<'_, str> {
     let trimmed = raw.trim();
-    // Fast path: ASCII without whitespace, the common case.
-    if trimmed
-        .bytes()
-        .all(|b| b.is_ascii() && !b.is_ascii_whitespace())
-    {
-        return trimmed.to_ascii_lowercase();
+    // Fast path: ASCII without whitespace, the common case (one pass).
+    let (mut plain, mut upper) = (true, false);
+    for b in trimmed.bytes() {
+        if !b.is_ascii() || b.is_ascii_whitespace() {
+            plain = false;
+            break;
+        }
+        upper |= b.is_ascii_uppercase();
+    }
+    if plain {
+        return if upper {
+            Cow::Owned(trimmed.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(trimmed)
+        };
     }
     let mut out = String::with_capacity(raw.len());
     let mut in_space = false;
-    for c in raw.trim().chars() {
+    for c in trimmed.chars() {
         if c.is_whitespace() {
             if !in_space {
                 out.push('_');
@@ -53,7 +70,7 @@ pub fn normalize(raw: &str) -> String {
             in_space = false;
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// Normalizes and applies the alias of the MCP named by the capability's

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::catalog::{Catalog, Delivery};
-use super::classify::{CapabilityClass, Classified, canonical, classify, normalize};
+use super::classify::{CapabilityClass, Classified, canonical, classify, normalized};
 use super::fs_context::{FsGrantState, FsHistory};
 use super::present::{Presentation, present};
 use crate::domain::proposal::{Fallback, McpRequirement, Requirement};
@@ -144,14 +144,11 @@ pub fn evaluate(inputs: Inputs<'_>, requirements: &[McpRequirement]) -> PackageD
         .map(|d| d.status)
         .max()
         .unwrap_or(Status::Allowed);
-    let blocking: Vec<&Decision> = decisions
-        .iter()
-        .filter(|d| d.status == Status::Blocked)
-        .collect();
-    let retryable = !blocking.is_empty()
-        && blocking
-            .iter()
-            .all(|d| d.recovery_action == Recovery::InstallOrFixMcp);
+    let mut blocking = decisions.iter().filter(|d| d.status == Status::Blocked);
+    let retryable = blocking
+        .next()
+        .is_some_and(|first| first.recovery_action == Recovery::InstallOrFixMcp)
+        && blocking.all(|d| d.recovery_action == Recovery::InstallOrFixMcp);
     PackageDecision {
         status,
         retryable,
@@ -175,6 +172,16 @@ fn verdict(mode: Mode, status: Status, recovery: Recovery, reason: String) -> Ve
     }
 }
 
+/// The parts joined, in one allocation of the right size (the decisions'
+/// texts are built on every evaluation; `format!` grew them piecewise).
+fn concat(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        out.push_str(part);
+    }
+    out
+}
+
 fn quoted(caps: &[&str]) -> String {
     caps.iter()
         .map(|c| format!("\"{c}\""))
@@ -189,11 +196,12 @@ pub fn decide(
     req: &McpRequirement,
     prohibited: &BTreeSet<String>,
 ) -> Decision {
-    let mcp_id = normalize(&req.mcp_id);
+    let mcp_id = normalized(&req.mcp_id);
+    let mcp_id = mcp_id.as_ref();
     let classes: Vec<Classified> = req
         .capabilities
         .iter()
-        .map(|c| classify(inputs.catalog, &mcp_id, c))
+        .map(|c| classify(inputs.catalog, mcp_id, c))
         .collect();
     let can_proceed =
         req.requirement == Requirement::Optional && req.fallback == Fallback::ContinueWithoutMcp;
@@ -215,11 +223,7 @@ pub fn decide(
         .filter(|c| c.delivery_kind == Some(Delivery::PlanningContextOnly))
         .map(|c| c.capability.as_str())
         .collect();
-    let needed_ops: BTreeSet<String> = packet
-        .iter()
-        .filter_map(|c| c.rsplit('.').next())
-        .map(str::to_owned)
-        .collect();
+    let needed_ops: BTreeSet<&str> = packet.iter().filter_map(|c| c.rsplit('.').next()).collect();
     let fs_state = (!packet.is_empty()).then(|| inputs.fs_history.state_for(&needed_ops));
     let has_prompt = req
         .prompt_context
@@ -233,7 +237,7 @@ pub fn decide(
         }
     };
 
-    let v = if !inputs.catalog.mcps.contains_key(&mcp_id) {
+    let v = if !inputs.catalog.mcps.contains_key(mcp_id) {
         // 1. unknown MCP
         verdict(
             Mode::Blocked,
@@ -283,7 +287,7 @@ pub fn decide(
         verdict(Mode::DeferredLiveMcp, status, recovery, reason)
     } else if let Some(state) = &fs_state {
         // 5. a bounded context packet, judged against the project grant
-        bounded_packet(inputs, &mcp_id, state, &needed_ops, can_proceed)
+        bounded_packet(inputs, mcp_id, state, &needed_ops, can_proceed)
     } else if !planning_reads.is_empty() {
         // 6. reads delivered as planning context; never health-gated
         let reads = quoted(&planning_reads);
@@ -341,7 +345,7 @@ pub fn decide(
     let mut evidence_refs: Vec<String> = packet
         .iter()
         .chain(&planning_reads)
-        .map(|c| format!("{mcp_id}:{}:{c}", inputs.repository))
+        .map(|c| concat(&[mcp_id, ":", inputs.repository, ":", c]))
         .collect();
     if has_prompt {
         evidence_refs.push(format!("prompt_context:req-{index}"));
@@ -378,11 +382,17 @@ fn bounded_packet(
     inputs: Inputs<'_>,
     mcp_id: &str,
     state: &FsGrantState,
-    needed: &BTreeSet<String>,
+    needed: &BTreeSet<&str>,
     can_proceed: bool,
 ) -> Verdict {
     use super::fs_context::FsPhase;
-    let ops = needed.iter().cloned().collect::<Vec<_>>().join(", ");
+    let mut ops = String::new();
+    for (i, op) in needed.iter().enumerate() {
+        if i > 0 {
+            ops.push_str(", ");
+        }
+        ops.push_str(op);
+    }
     let repo = inputs.repository;
     if state.phase == FsPhase::Approved {
         // 8. health overlay on an allowed, approved packet
@@ -404,9 +414,13 @@ fn bounded_packet(
                 Mode::BoundedContextApproved,
                 Status::Allowed,
                 Recovery::ContinueAsPromptContext,
-                format!(
-                    "Project filesystem context for {repo} is approved for {ops}; Writ assembles a read-only packet."
-                ),
+                concat(&[
+                    "Project filesystem context for ",
+                    repo,
+                    " is approved for ",
+                    &ops,
+                    "; Writ assembles a read-only packet.",
+                ]),
             ),
             Some(p) if can_proceed => verdict(
                 Mode::BoundedContextApproved,
@@ -423,12 +437,12 @@ fn bounded_packet(
         };
     }
     let why = match (state.phase, state.revocation_reason) {
-        (FsPhase::Denied, _) => "a repository admin denied it".to_owned(),
+        (FsPhase::Denied, _) => "a repository admin denied it",
         (FsPhase::Revoked, Some("project_grant_narrowed")) => {
-            "the grant was narrowed below what this package requires".to_owned()
+            "the grant was narrowed below what this package requires"
         }
-        (FsPhase::Revoked, _) => "the grant that covered it was removed".to_owned(),
-        _ => "none is approved".to_owned(),
+        (FsPhase::Revoked, _) => "the grant that covered it was removed",
+        _ => "none is approved",
     };
     let (status, tail) = if can_proceed {
         (Status::Warning, "the work continues without it")
@@ -439,6 +453,16 @@ fn bounded_packet(
         Mode::BoundedContextRequired,
         status,
         Recovery::ApproveProjectFilesystemContext,
-        format!("Repository {repo}, capabilities {ops}: {why}; {tail}."),
+        concat(&[
+            "Repository ",
+            repo,
+            ", capabilities ",
+            &ops,
+            ": ",
+            why,
+            "; ",
+            tail,
+            ".",
+        ]),
     )
 }

@@ -54,8 +54,11 @@ pub struct FsGrantState {
 impl FsHistory {
     /// The effective phase against the capabilities (`read`, `list`,
     /// `search`) a package needs.
-    pub fn state_for(&self, needed: &BTreeSet<String>) -> FsGrantState {
-        let covers = |c: &FsChange| matches!(c, FsChange::Approved(caps) if needed.is_subset(caps));
+    pub fn state_for<S: AsRef<str>>(&self, needed: &BTreeSet<S>) -> FsGrantState {
+        let covers = |c: &FsChange| {
+            matches!(c, FsChange::Approved(caps)
+                if needed.iter().all(|n| caps.contains(n.as_ref())))
+        };
         let state = |phase, revocation_reason| FsGrantState {
             phase,
             revocation_reason,
