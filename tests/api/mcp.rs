@@ -2554,3 +2554,67 @@ async fn python_sdk_over_stdio(app: TestApp) {
         "{rows:?}"
     );
 }
+
+both_backends!(a_use_case_that_commits_without_its_outcome_still_leaves_its_record);
+async fn a_use_case_that_commits_without_its_outcome_still_leaves_its_record(app: TestApp) {
+    use writ::service::audit::{self, Access, CallInfo};
+    use writ::service::auth::{Credential, authenticate};
+
+    // The safety net of `audit::commit`: a use case that commits its
+    // transaction without writing the call's outcome. Its writes must not
+    // commit without the record, so the record is written (no outcome)
+    // before `COMMIT`, and `audit::finish` adds the outcome afterwards.
+    let world = World::new(&app).await;
+    let ctx = app.writ().ctx();
+    let mut caller = authenticate(ctx, Credential::Token(&world.bot))
+        .await
+        .expect("the bot's token authenticates");
+    let mut args = serde_json::Map::new();
+    args.insert("owner".into(), json!(OWNER));
+    args.insert("repo".into(), json!(REPO));
+    let request_id = format!("fallback-{}", new_key());
+    let call = CallInfo {
+        tool: "",
+        args: &args,
+        rpc_id: None,
+        request_id: Some(request_id.clone()),
+    };
+    audit::prepare_api(&mut caller, writ::domain::tools::Tool::List, &call).expect("prepared");
+    let tx = audit::open(ctx, &caller, Access::Write)
+        .await
+        .expect("a transaction with the record in it");
+    audit::commit(tx, &caller)
+        .await
+        .expect("commits with the record written first");
+
+    let row = |sql: &'static str| {
+        let request_id = request_id.clone();
+        let url = app.database_url();
+        async move {
+            let mut conn = SqlConn::connect(&url).await;
+            let rows = conn
+                .text_rows(&sql.replace("{request_id}", &request_id))
+                .await;
+            conn.close().await;
+            rows
+        }
+    };
+    let sql = "SELECT tool, via, decision, CAST(native_status AS TEXT), completed_at \
+               FROM tool_calls WHERE request_id = '{request_id}'";
+    let written = row(sql).await;
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert_eq!(written[0][0].as_deref(), Some("list_agent_work_grants"));
+    assert_eq!(written[0][1].as_deref(), Some("api"));
+    assert_eq!(written[0][2].as_deref(), Some("allow"));
+    assert_eq!(written[0][3], None, "no outcome yet: {written:?}");
+    assert_eq!(written[0][4], None, "no outcome yet: {written:?}");
+
+    // The call's end adds the outcome to that same record.
+    audit::finish(ctx, &caller, Ok::<(), writ::service::Error>(()), 200)
+        .await
+        .expect("the outcome is written");
+    let finished = row(sql).await;
+    assert_eq!(finished.len(), 1, "still one record: {finished:?}");
+    assert_eq!(finished[0][3].as_deref(), Some("200"));
+    assert!(finished[0][4].is_some(), "{finished:?}");
+}
