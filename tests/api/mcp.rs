@@ -2587,34 +2587,36 @@ async fn a_use_case_that_commits_without_its_outcome_still_leaves_its_record(app
         .await
         .expect("commits with the record written first");
 
-    let row = |sql: &'static str| {
-        let request_id = request_id.clone();
-        let url = app.database_url();
-        async move {
-            let mut conn = SqlConn::connect(&url).await;
-            let rows = conn
-                .text_rows(&sql.replace("{request_id}", &request_id))
-                .await;
-            conn.close().await;
-            rows
-        }
+    // This test's records: the ones carrying its request id.
+    let records = || async {
+        audit_rows(&app)
+            .await
+            .into_iter()
+            .filter(|r| col(r, "request_id") == Some(request_id.as_str()))
+            .collect::<Vec<Row>>()
     };
-    let sql = "SELECT tool, via, decision, CAST(native_status AS TEXT), completed_at \
-               FROM tool_calls WHERE request_id = '{request_id}'";
-    let written = row(sql).await;
+    let written = records().await;
     assert_eq!(written.len(), 1, "{written:?}");
-    assert_eq!(written[0][0].as_deref(), Some("list_agent_work_grants"));
-    assert_eq!(written[0][1].as_deref(), Some("api"));
-    assert_eq!(written[0][2].as_deref(), Some("allow"));
-    assert_eq!(written[0][3], None, "no outcome yet: {written:?}");
-    assert_eq!(written[0][4], None, "no outcome yet: {written:?}");
+    assert_eq!(col(&written[0], "tool"), Some("list_agent_work_grants"));
+    assert_eq!(col(&written[0], "via"), Some("api"));
+    assert_eq!(col(&written[0], "decision"), Some("allow"));
+    assert_eq!(
+        col(&written[0], "native_status"),
+        None,
+        "no outcome yet: {written:?}"
+    );
+    assert_eq!(
+        col(&written[0], "completed_at"),
+        None,
+        "no outcome yet: {written:?}"
+    );
 
     // The call's end adds the outcome to that same record.
     audit::finish(ctx, &caller, Ok::<(), writ::service::Error>(()), 200)
         .await
         .expect("the outcome is written");
-    let finished = row(sql).await;
+    let finished = records().await;
     assert_eq!(finished.len(), 1, "still one record: {finished:?}");
-    assert_eq!(finished[0][3].as_deref(), Some("200"));
-    assert!(finished[0][4].is_some(), "{finished:?}");
+    assert_eq!(col(&finished[0], "native_status"), Some("200"));
+    assert!(col(&finished[0], "completed_at").is_some(), "{finished:?}");
 }
