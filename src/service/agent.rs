@@ -96,7 +96,7 @@ pub async fn list(ctx: &Ctx, caller: &Caller, params: &ListParams) -> Result<Pag
     let offset = (params.page - 1).saturating_mul(params.limit);
     let rows = grant_pages::list_page(&mut tx, &filter, &count, params.limit, offset).await?;
     audit::complete_in(&mut tx, caller, 200, None).await?;
-    audit::commit(tx, caller).await?;
+    audit::commit(ctx, tx, caller).await?;
     let items = rows
         .iter()
         .map(GrantView::from_row)
@@ -243,10 +243,10 @@ pub async fn get(
 ) -> Result<GrantView> {
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository])?;
-    let mut tx = audit::open(ctx, caller, Access::Read).await?;
+    let mut tx = audit::open(ctx, caller, Access::ReadOne).await?;
     let row = locate(&mut tx, caller, owner, repo, id, false).await?;
     audit::complete_in(&mut tx, caller, 200, None).await?;
-    audit::commit(tx, caller).await?;
+    audit::commit(ctx, tx, caller).await?;
     Ok(GrantView::from_row(&row)?)
 }
 
@@ -282,7 +282,7 @@ pub async fn confirm(
         Err(refusal) => Err(Error::refused(refusal, GrantView::from_row(&row)?)),
         Ok(ConfirmOutcome::AlreadyConfirmed) => {
             audit::complete_in(&mut tx, caller, 200, None).await?;
-            audit::commit(tx, caller).await?;
+            audit::commit(ctx, tx, caller).await?;
             Ok(GrantView::from_row(&row)?)
         }
         Ok(ConfirmOutcome::Transition) => {
@@ -324,7 +324,7 @@ pub async fn confirm(
                 .await?
                 .ok_or(Error::NotFound)?;
             audit::complete_in(&mut tx, caller, 200, None).await?;
-            audit::commit(tx, caller).await?;
+            audit::commit(ctx, tx, caller).await?;
             Ok(GrantView::from_row(&updated)?)
         }
     }

@@ -7,12 +7,19 @@
 //! ([`complete_in`], or the use case's last statement through
 //! [`outcome_target`]), and committed with the operation's writes
 //! ([`commit`]): one commit per call, one row write per record, and no
-//! answer, not even a read's, leaves before its record is durable. The
+//! answer, not even a read's, leaves before its record is committed. The
 //! record and the operation commit together or not at all, so if the
 //! record cannot be written nothing the operation did stays (503, fail
 //! closed). If the operation refuses (its transaction rolls back), [`finish`]
-//! writes the record with the refusal as its outcome in a transaction of
-//! its own.
+//! writes the record with the refusal as its outcome on its own.
+//!
+//! A call that only reads changes nothing for its record to guard, so it
+//! reads first, outside any write transaction ([`Access::Read`],
+//! [`Access::ReadOne`]), and its record is then appended whole, with the
+//! outcome, and committed before the answer leaves (`store::audit::
+//! append_call`: on SQLite with group commit, one insert and one commit
+//! for every record queued together, beside the writers' batches). If that
+//! fails the read's answer is refused (503), as before.
 //!
 //! An MCP `tools/call` is first decided against the agent's tool grants,
 //! and the decision's record committed with it ([`begin_mcp`]); an allowed
@@ -66,6 +73,9 @@ pub struct CallInfo<'a> {
 pub enum Access {
     /// Reads one snapshot.
     Read,
+    /// Reads with one statement (a second one only on the way to a
+    /// refusal), so it needs no transaction.
+    ReadOne,
     /// Writes.
     Write,
 }
@@ -85,6 +95,11 @@ enum State {
     /// Not written, in an open transaction that writes it whole, with its
     /// outcome (see [`open`]).
     Deferred,
+    /// Not written, while the call reads; appended at [`commit`].
+    Reading,
+    /// The read is done with this outcome; the record is appended at
+    /// [`commit`].
+    Read(u16, Option<&'static str>),
     /// Committed before (an MCP decision), in an open transaction that adds
     /// its outcome.
     InTx(i64),
@@ -122,7 +137,9 @@ impl Record {
     /// known to be gone (rolled back).
     fn settled(&self) -> State {
         let state = match self.get() {
-            State::Deferred | State::Completed(None) => State::Pending,
+            State::Deferred | State::Completed(None) | State::Reading | State::Read(..) => {
+                State::Pending
+            }
             State::InTx(id) | State::Completed(Some(id)) => State::Committed(id),
             other => other,
         };
@@ -226,8 +243,13 @@ pub async fn open(ctx: &Ctx, caller: &Caller, access: Access) -> Result<Tx> {
     let Some((record, state)) = audited.filter(|(_, state)| *state != State::Done) else {
         return plain(ctx, access).await;
     };
+    if access != Access::Write && state == State::Pending {
+        let tx = plain(ctx, access).await?;
+        record.set(State::Reading);
+        return Ok(tx);
+    }
     let tx = match access {
-        Access::Read => ctx.store.write_snapshot().await,
+        Access::Read | Access::ReadOne => ctx.store.write_snapshot().await,
         Access::Write => ctx.store.write().await,
     }
     .map_err(fail_closed)?;
@@ -242,6 +264,7 @@ pub async fn open(ctx: &Ctx, caller: &Caller, access: Access) -> Result<Tx> {
 async fn plain(ctx: &Ctx, access: Access) -> Result<Tx> {
     Ok(match access {
         Access::Read => ctx.store.read().await?,
+        Access::ReadOne => ctx.store.single().await?,
         Access::Write => ctx.store.write().await?,
     })
 }
@@ -253,11 +276,15 @@ pub async fn complete_in(
     tx: &mut Tx,
     caller: &Caller,
     status: u16,
-    code: Option<&str>,
+    code: Option<&'static str>,
 ) -> Result<()> {
     let Some(record) = caller.audit.as_deref() else {
         return Ok(());
     };
+    if record.get() == State::Reading {
+        record.set(State::Read(status, code));
+        return Ok(());
+    }
     let at = now().to_text();
     let outcome = Outcome {
         native_status: Some(status),
@@ -339,7 +366,7 @@ pub async fn classify_failed_write(ctx: &Ctx, caller: &Caller, err: Error) -> Er
 /// record is durable. A record the use case did not complete is written
 /// without its outcome first, so the operation's writes never commit
 /// without it ([`finish`] adds the outcome).
-pub async fn commit(mut tx: Tx, caller: &Caller) -> Result<()> {
+pub async fn commit(ctx: &Ctx, mut tx: Tx, caller: &Caller) -> Result<()> {
     let Some(record) = caller.audit.as_deref() else {
         tx.commit().await?;
         return Ok(());
@@ -350,6 +377,16 @@ pub async fn commit(mut tx: Tx, caller: &Caller) -> Result<()> {
                 .await
                 .map_err(fail_closed)?,
         ),
+        State::Reading => {
+            // Not completed: [`finish`] appends it with the outcome.
+            tx.commit().await?;
+            record.set(State::Pending);
+            return Ok(());
+        }
+        State::Read(status, code) => {
+            tx.commit().await?;
+            return append(ctx, record, status, code).await;
+        }
         other => other,
     };
     tx.commit().await?;
@@ -378,6 +415,10 @@ pub async fn finish<T>(ctx: &Ctx, caller: &Caller, result: Result<T>, ok_status:
         Ok(_) => (ok_status, None),
         Err(e) => (e.status(), Some(e.code())),
     };
+    if state == State::Pending {
+        append(ctx, record, status, code).await?;
+        return result;
+    }
     let at = now().to_text();
     let outcome = Outcome {
         native_status: Some(status),
@@ -395,4 +436,20 @@ pub async fn finish<T>(ctx: &Ctx, caller: &Caller, result: Result<T>, ok_status:
     tx.commit().await.map_err(fail_closed)?;
     record.set(State::Done);
     result
+}
+
+/// Writes a record not written yet, whole, with its outcome, committed on
+/// its own (see `store::audit::append_call`).
+async fn append(ctx: &Ctx, record: &Record, status: u16, code: Option<&'static str>) -> Result<()> {
+    let finished = store::FinishedCall {
+        call: record.call.clone(),
+        native_status: status,
+        error_code: code,
+        completed_at: now().to_text(),
+    };
+    store::append_call(&ctx.store, finished)
+        .await
+        .map_err(fail_closed)?;
+    record.set(State::Done);
+    Ok(())
 }

@@ -92,7 +92,7 @@ pub async fn submit(
     {
         let answer = replay_or_conflict(&grant, existing, &content);
         record(&mut tx, caller, &answer).await?;
-        audit::commit(tx, caller).await?;
+        audit::commit(ctx, tx, caller).await?;
         return answer;
     }
     let created = create(
@@ -114,7 +114,7 @@ pub async fn submit(
                 blocked,
             ));
             record(&mut tx, caller, &answer).await?;
-            audit::commit(tx, caller).await?;
+            audit::commit(ctx, tx, caller).await?;
             return answer;
         }
         Err(Error::Internal(e))
@@ -130,7 +130,7 @@ pub async fn submit(
             return Err(audit::classify_failed_write(ctx, caller, e).await);
         }
     };
-    audit::commit(tx, caller).await?;
+    audit::commit(ctx, tx, caller).await?;
     Ok(Receipt {
         outcome: Outcome::Created,
         grant: GrantView::from_row(&row)?,
@@ -177,7 +177,7 @@ async fn resolve_after_race(
         .ok_or_else(|| Error::Internal(anyhow::anyhow!("unique violation without a receipt")))?;
     let answer = replay_or_conflict(&grant, existing, content);
     record(&mut tx, caller, &answer).await?;
-    audit::commit(tx, caller).await?;
+    audit::commit(ctx, tx, caller).await?;
     answer
 }
 
@@ -314,7 +314,7 @@ pub async fn readback(
         .await?
         .ok_or(Error::NotFound)?;
     audit::complete_in(&mut tx, caller, 200, None).await?;
-    audit::commit(tx, caller).await?;
+    audit::commit(ctx, tx, caller).await?;
     Ok(Receipt {
         outcome: Outcome::Replayed,
         grant: GrantView::from_row(&grant)?,

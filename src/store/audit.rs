@@ -8,7 +8,7 @@ use sea_query::{
     Expr, ExprTrait, Iden, InsertStatement, Query, SubQueryStatement, UpdateStatement,
 };
 
-use super::{SqliteStatement, StoreResult, Tx};
+use super::{SqliteStatement, Store, StoreResult, Tx};
 
 /// `tool_calls`
 #[derive(Iden, Clone, Copy)]
@@ -104,6 +104,61 @@ pub async fn insert_call(
 
 /// The insert of a call (see [`insert_call`]), returning its id.
 fn call_insert(c: &NewCall, outcome: Option<Outcome<'_>>) -> InsertStatement {
+    let mut q = calls_table();
+    q.values_panic(call_values(c, outcome))
+        .returning_col(ToolCalls::Id);
+    q
+}
+
+/// A call whose outcome is known before its record is written: a call that
+/// changed nothing (a read, or a refusal whose transaction rolled back).
+/// Its record is appended whole (see [`append_call`]).
+#[derive(Debug, Clone)]
+pub struct FinishedCall {
+    /// The record.
+    pub call: NewCall,
+    /// The native status.
+    pub native_status: u16,
+    /// The error code of a refusal.
+    pub error_code: Option<&'static str>,
+    /// When the outcome was known, fixed-width UTC text.
+    pub completed_at: String,
+}
+
+impl FinishedCall {
+    fn outcome(&self) -> Outcome<'_> {
+        Outcome {
+            native_status: Some(self.native_status),
+            error_code: self.error_code,
+            at: &self.completed_at,
+        }
+    }
+}
+
+/// One insert of several finished calls.
+pub(super) fn finished_calls_insert(calls: &[FinishedCall]) -> InsertStatement {
+    let mut q = calls_table();
+    for f in calls {
+        q.values_panic(call_values(&f.call, Some(f.outcome())));
+    }
+    q
+}
+
+/// Writes the record of a finished call, committed on its own before this
+/// returns. On SQLite with group commit it joins the writer's next commit,
+/// one insert for every record queued with it; otherwise it is a single
+/// statement in autocommit.
+pub async fn append_call(store: &Store, call: FinishedCall) -> StoreResult<()> {
+    if let Store::Sqlite(_, Some(writer)) = store {
+        return writer.append(call).await;
+    }
+    let mut conn = store.single().await?;
+    conn.execute(&finished_calls_insert(std::slice::from_ref(&call)))
+        .await
+        .map(drop)
+}
+
+fn calls_table() -> InsertStatement {
     use ToolCalls as T;
     Query::insert()
         .into_table(T::Table)
@@ -125,26 +180,28 @@ fn call_insert(c: &NewCall, outcome: Option<Outcome<'_>>) -> InsertStatement {
             T::ErrorCode,
             T::CompletedAt,
         ])
-        .values_panic([
-            c.called_at.as_str().into(),
-            c.via.into(),
-            c.agent_id.into(),
-            c.agent_login.as_str().into(),
-            c.token_id.into(),
-            c.tool.as_str().into(),
-            c.repository.as_deref().into(),
-            c.decision.into(),
-            c.matched_grant.as_deref().into(),
-            c.reason.as_str().into(),
-            c.rpc_id.as_deref().into(),
-            c.request_id.as_deref().into(),
-            c.arg_names.as_str().into(),
-            outcome.and_then(|o| o.native_status).map(i32::from).into(),
-            outcome.and_then(|o| o.error_code).into(),
-            outcome.map(|o| o.at).into(),
-        ])
-        .returning_col(T::Id)
         .to_owned()
+}
+
+fn call_values(c: &NewCall, outcome: Option<Outcome<'_>>) -> [Expr; 16] {
+    [
+        c.called_at.as_str().into(),
+        c.via.into(),
+        c.agent_id.into(),
+        c.agent_login.as_str().into(),
+        c.token_id.into(),
+        c.tool.as_str().into(),
+        c.repository.as_deref().into(),
+        c.decision.into(),
+        c.matched_grant.as_deref().into(),
+        c.reason.as_str().into(),
+        c.rpc_id.as_deref().into(),
+        c.request_id.as_deref().into(),
+        c.arg_names.as_str().into(),
+        outcome.and_then(|o| o.native_status).map(i32::from).into(),
+        outcome.and_then(|o| o.error_code).into(),
+        outcome.map(|o| o.at).into(),
+    ]
 }
 
 /// Adds the outcome to a call not completed yet; returns the rows changed

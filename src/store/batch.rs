@@ -17,6 +17,15 @@
 //! If the batch commit fails, every caller in it gets the error (none of
 //! their work was committed). If SQLite aborted the whole transaction (the
 //! savepoint is gone), the batch is failed the same way.
+//!
+//! Records that need no transaction of their own (the audit records of
+//! calls that changed nothing, see [`Writer::append`]) do not take the
+//! connection in turn: the writer inserts every record queued with one
+//! statement, in the open batch (in a savepoint of their own, so their
+//! failure undoes none of the jobs) or, when no job is queued, in a
+//! transaction of their own (`BEGIN IMMEDIATE`, the insert and `COMMIT` in
+//! one hand-off to SQLite's thread). Each caller is told once the commit
+//! holding its record returned.
 
 use std::time::{Duration, Instant};
 
@@ -25,16 +34,22 @@ use sqlx::{Sqlite, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreResult;
+use super::audit::{FinishedCall, finished_calls_insert};
 
 /// Most transactions committed together.
 pub const MAX_BATCH: usize = 64;
 /// Longest a batch stays open while callers keep arriving.
 pub const MAX_BATCH_TIME: Duration = Duration::from_millis(10);
+/// Most records appended with one insert (16 values each, far below
+/// SQLite's limit on bound values).
+pub const MAX_APPEND: usize = 256;
 
 type Lease = oneshot::Sender<StoreResult<BatchTx>>;
+type Done = oneshot::Sender<StoreResult<()>>;
 
 enum Msg {
     Begin(Lease),
+    Append(Box<FinishedCall>, Done),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -154,6 +169,16 @@ impl Writer {
         wait.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 
+    /// Writes `call`'s record and waits until the commit holding it
+    /// returned (see the module's doc).
+    pub async fn append(&self, call: FinishedCall) -> StoreResult<()> {
+        let (done, wait) = oneshot::channel();
+        self.tx
+            .send(Msg::Append(Box::new(call), done))
+            .map_err(|_| writer_gone())?;
+        wait.await.unwrap_or_else(|_| Err(writer_gone()))
+    }
+
     /// Stops the task after the current batch and returns its connection to
     /// the pool.
     pub async fn shutdown(&self) {
@@ -168,39 +193,79 @@ async fn exec(conn: &mut PoolConnection<Sqlite>, sql: &'static str) -> StoreResu
     sqlx::raw_sql(sql).execute(&mut **conn).await.map(|_| ())
 }
 
+/// The writer's connection: the one it kept, or a fresh one from the pool.
+async fn connection(
+    pool: &SqlitePool,
+    kept: &mut Option<PoolConnection<Sqlite>>,
+) -> StoreResult<PoolConnection<Sqlite>> {
+    match kept.take() {
+        Some(c) => Ok(c),
+        None => pool.acquire().await,
+    }
+}
+
 async fn run(pool: SqlitePool, mut rx: mpsc::UnboundedReceiver<Msg>) {
     let mut conn: Option<PoolConnection<Sqlite>> = None;
-    while let Some(msg) = rx.recv().await {
+    // A message taken off the queue while gathering records, handled next.
+    let mut carried: Option<Msg> = None;
+    loop {
+        let msg = match carried.take() {
+            Some(msg) => msg,
+            None => match rx.recv().await {
+                Some(msg) => msg,
+                None => return,
+            },
+        };
         let first = match msg {
             Msg::Begin(lease) => lease,
+            Msg::Append(call, done) => {
+                let mut appends = Appends::default();
+                appends.push(call, done);
+                carried = appends.gather(&mut rx);
+                match connection(&pool, &mut conn).await {
+                    Ok(mut c) => {
+                        appends.commit_alone(&mut c).await;
+                        conn = Some(c);
+                    }
+                    Err(e) => appends.fail(&e.to_string()),
+                }
+                continue;
+            }
             Msg::Shutdown(done) => {
                 drop(conn.take());
                 let _ = done.send(());
                 return;
             }
         };
-        let mut c = match conn.take() {
-            Some(c) => c,
-            None => match pool.acquire().await {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = first.send(Err(e));
-                    continue;
-                }
-            },
+        let mut c = match connection(&pool, &mut conn).await {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = first.send(Err(e));
+                continue;
+            }
         };
         if let Err(e) = exec(&mut c, "BEGIN IMMEDIATE").await {
             let _ = first.send(Err(e));
             conn = Some(c);
             continue;
         }
-        let batch = run_batch(c, first, &mut rx).await;
+        let mut batch = run_batch(c, first, &mut rx).await;
+        let appends = std::mem::take(&mut batch.appends);
         let Some(mut c) = batch.conn else {
             // The connection was lost with its transaction (nothing of the
             // batch was committed); the next batch opens a fresh one.
-            fail_all(batch.waiters, "the group commit lost its connection");
+            let why = "the group commit lost its connection";
+            fail_all(batch.waiters, why);
+            appends.fail(why);
             continue;
         };
+        match &batch.failed {
+            Some(why) => appends.fail(why),
+            None => match appends.insert_in_batch(&mut c).await {
+                Ok(waiters) => batch.waiters.extend(waiters),
+                Err(why) => batch.failed = Some(why),
+            },
+        }
         let result = match &batch.failed {
             None => exec(&mut c, "COMMIT").await,
             Some(why) => Err(sqlx::Error::Protocol(format!(
@@ -208,14 +273,7 @@ async fn run(pool: SqlitePool, mut rx: mpsc::UnboundedReceiver<Msg>) {
             ))),
         };
         match result {
-            Ok(()) => {
-                metrics::counter!("writ_sqlite_group_commits_total").increment(1);
-                metrics::counter!("writ_sqlite_group_commit_transactions_total")
-                    .increment(batch.waiters.len() as u64);
-                for w in batch.waiters {
-                    let _ = w.send(Ok(()));
-                }
-            }
+            Ok(()) => tell_committed(batch.waiters),
             Err(e) => {
                 // Leave no transaction open on the connection.
                 let _ = exec(&mut c, "ROLLBACK").await;
@@ -231,7 +289,16 @@ async fn run(pool: SqlitePool, mut rx: mpsc::UnboundedReceiver<Msg>) {
     }
 }
 
-fn fail_all(waiters: Vec<oneshot::Sender<StoreResult<()>>>, why: &str) {
+fn tell_committed(waiters: Vec<Done>) {
+    metrics::counter!("writ_sqlite_group_commits_total").increment(1);
+    metrics::counter!("writ_sqlite_group_commit_transactions_total")
+        .increment(waiters.len() as u64);
+    for w in waiters {
+        let _ = w.send(Ok(()));
+    }
+}
+
+fn fail_all(waiters: Vec<Done>, why: &str) {
     for w in waiters {
         let _ = w.send(Err(sqlx::Error::Protocol(format!(
             "group commit failed: {why}"
@@ -239,16 +306,104 @@ fn fail_all(waiters: Vec<oneshot::Sender<StoreResult<()>>>, why: &str) {
     }
 }
 
+/// Records queued to be appended, and who waits for each.
+#[derive(Default)]
+struct Appends {
+    calls: Vec<FinishedCall>,
+    waiters: Vec<Done>,
+}
+
+impl Appends {
+    fn push(&mut self, call: Box<FinishedCall>, done: Done) {
+        self.calls.push(*call);
+        self.waiters.push(done);
+    }
+
+    fn is_full(&self) -> bool {
+        self.calls.len() >= MAX_APPEND
+    }
+
+    /// Takes every record queued now, up to [`MAX_APPEND`]; returns the
+    /// first other message it took off the queue.
+    fn gather(&mut self, rx: &mut mpsc::UnboundedReceiver<Msg>) -> Option<Msg> {
+        while !self.is_full() {
+            match rx.try_recv() {
+                Ok(Msg::Append(call, done)) => self.push(call, done),
+                Ok(other) => return Some(other),
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+
+    /// Inserts and commits the records in a transaction of their own, in
+    /// one hand-off to SQLite's thread, and tells their callers.
+    async fn commit_alone(self, c: &mut PoolConnection<Sqlite>) {
+        let insert = finished_calls_insert(&self.calls);
+        match script(c, "BEGIN IMMEDIATE", &insert, "COMMIT").await {
+            Ok(()) => tell_committed(self.waiters),
+            Err(e) => {
+                // The script may have stopped inside its transaction.
+                let _ = exec(c, "ROLLBACK").await;
+                self.fail(&e.to_string());
+            }
+        }
+    }
+
+    /// Inserts the records into the open batch, in a savepoint of their
+    /// own; returns their callers, to be told with the batch. If the insert
+    /// fails, only the records are undone and their callers told; if even
+    /// that fails, the batch must fail (`Err`).
+    async fn insert_in_batch(self, c: &mut PoolConnection<Sqlite>) -> Result<Vec<Done>, String> {
+        if self.calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let insert = finished_calls_insert(&self.calls);
+        let Err(e) = script(c, "SAVEPOINT writ_append", &insert, "RELEASE writ_append").await
+        else {
+            return Ok(self.waiters);
+        };
+        let undone = exec(c, "ROLLBACK TO writ_append; RELEASE writ_append").await;
+        self.fail(&e.to_string());
+        match undone {
+            Ok(()) => Ok(Vec::new()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn fail(self, why: &str) {
+        fail_all(self.waiters, why);
+    }
+}
+
+/// Runs `before`, `statement` and `after` as one script (one hand-off).
+async fn script(
+    c: &mut PoolConnection<Sqlite>,
+    before: &str,
+    statement: &sea_query::InsertStatement,
+    after: &str,
+) -> StoreResult<()> {
+    use sea_query_sqlx::SqlxBinder;
+    let (sql, values) = statement.build_sqlx(sea_query::SqliteQueryBuilder);
+    let sql = format!("{before};\n{sql};\n{after}");
+    sqlx::query_with(sqlx::AssertSqlSafe(sql), values)
+        .execute(&mut **c)
+        .await
+        .map(drop)
+}
+
 /// The state of one batch when it stops taking callers.
 struct Batch {
     conn: Option<PoolConnection<Sqlite>>,
-    waiters: Vec<oneshot::Sender<StoreResult<()>>>,
+    waiters: Vec<Done>,
+    appends: Appends,
     failed: Option<String>,
     shutdown: Option<oneshot::Sender<()>>,
 }
 
 /// Lends the connection to queued callers, one savepoint each, until the
-/// queue is empty, the batch is full or old, or something failed.
+/// queue is empty, the batch is full or old, or something failed; gathers
+/// the records queued meanwhile.
 async fn run_batch(
     mut c: PoolConnection<Sqlite>,
     first: Lease,
@@ -258,6 +413,7 @@ async fn run_batch(
     let mut batch = Batch {
         conn: None,
         waiters: Vec::new(),
+        appends: Appends::default(),
         failed: None,
         shutdown: None,
     };
@@ -296,10 +452,10 @@ async fn run_batch(
         if count >= MAX_BATCH || started.elapsed() >= MAX_BATCH_TIME {
             break;
         }
-        match rx.try_recv() {
-            Ok(Msg::Begin(lease)) => next = Some(lease),
-            Ok(Msg::Shutdown(done)) => batch.shutdown = Some(done),
-            Err(_) => {}
+        match batch.appends.gather(rx) {
+            Some(Msg::Begin(lease)) => next = Some(lease),
+            Some(Msg::Shutdown(done)) => batch.shutdown = Some(done),
+            Some(Msg::Append(..)) | None => {}
         }
     }
     batch.conn = Some(c);

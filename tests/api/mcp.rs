@@ -2583,7 +2583,7 @@ async fn a_use_case_that_commits_without_its_outcome_still_leaves_its_record(app
     let tx = audit::open(ctx, &caller, Access::Write)
         .await
         .expect("a transaction with the record in it");
-    audit::commit(tx, &caller)
+    audit::commit(ctx, tx, &caller)
         .await
         .expect("commits with the record written first");
 
