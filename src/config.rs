@@ -27,6 +27,13 @@ pub struct Config {
     /// SQLite group commit: concurrent write transactions share one durable
     /// commit (each still atomic, each answered only after it). Default on.
     pub sqlite_group_commit: bool,
+    /// SQLite with group commit: whether the audit records of calls that
+    /// changed nothing (reads, refusals), when no write shares their commit,
+    /// are committed with `fsync` like every write (`true`), or only written
+    /// to the WAL and made durable by the next write's commit (`false`, the
+    /// default: a killed process loses none; a power loss can lose the last
+    /// ones). See docs/decisions.md.
+    pub sqlite_durable_read_records: bool,
     /// Maximum pooled database connections.
     pub max_connections: u32,
     /// Sliding lifetime of a browser session, in seconds.
@@ -61,6 +68,7 @@ impl Default for Config {
             max_page_limit: 50,
             sqlite_synchronous: "full".to_owned(),
             sqlite_group_commit: true,
+            sqlite_durable_read_records: false,
             max_connections: 16,
             session_idle_seconds: 7 * 24 * 3600,
             session_absolute_seconds: 30 * 24 * 3600,
@@ -134,6 +142,10 @@ impl fmt::Debug for Config {
             .field("max_page_limit", &self.max_page_limit)
             .field("sqlite_synchronous", &self.sqlite_synchronous)
             .field("sqlite_group_commit", &self.sqlite_group_commit)
+            .field(
+                "sqlite_durable_read_records",
+                &self.sqlite_durable_read_records,
+            )
             .field("max_connections", &self.max_connections)
             .finish_non_exhaustive()
     }

@@ -35,7 +35,7 @@ pub async fn record_catalog(
 }
 
 /// The current health of one MCP.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct HealthRow {
     pub mcp_id: String,
     pub installed: bool,
@@ -141,7 +141,7 @@ pub async fn capture_snapshot(
 }
 
 /// One change of project filesystem context.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct FsChangeRow {
     pub id: i64,
     pub action: String,
@@ -203,7 +203,7 @@ pub async fn insert_fs_change(
 }
 
 /// A persisted evaluation.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct EvaluationRow {
     pub id: i64,
     pub grant_id: i64,

@@ -76,7 +76,7 @@ pub struct Outcome<'a> {
 }
 
 /// A recorded call with its outcome, as tests and reports read it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct CallRow {
     /// Call id.
     pub id: i64,
@@ -149,13 +149,19 @@ pub(super) fn finished_calls_insert(calls: &[FinishedCall]) -> InsertStatement {
 /// one insert for every record queued with it; otherwise it is a single
 /// statement in autocommit.
 pub async fn append_call(store: &Store, call: FinishedCall) -> StoreResult<()> {
-    if let Store::Sqlite(_, Some(writer)) = store {
-        return writer.append(call).await;
+    let insert = |call| finished_calls_insert(std::slice::from_ref(call));
+    match store {
+        Store::Sqlite(_, Some(writer), _) => writer.append(call).await,
+        Store::Sqlite(_, None, _) => {
+            let mut tx = store.write().await?;
+            tx.execute(&insert(&call)).await?;
+            tx.commit().await
+        }
+        Store::Postgres(_) => {
+            let mut conn = store.single().await?;
+            conn.execute(&insert(&call)).await.map(drop)
+        }
     }
-    let mut conn = store.single().await?;
-    conn.execute(&finished_calls_insert(std::slice::from_ref(&call)))
-        .await
-        .map(drop)
 }
 
 fn calls_table() -> InsertStatement {

@@ -26,6 +26,13 @@
 //! transaction of their own (`BEGIN IMMEDIATE`, the insert and `COMMIT` in
 //! one hand-off to SQLite's thread). Each caller is told once the commit
 //! holding its record returned.
+//!
+//! A transaction of records alone can be committed without `fsync`
+//! ([`RecordCommit::Relaxed`], the default): `synchronous = NORMAL` for
+//! that commit only. It is then in the WAL file when its callers are told
+//! (a killed process loses nothing), and on disk at the next write's
+//! durable commit or checkpoint; only a power loss or kernel crash before
+//! that can lose it (docs/decisions.md, session 7).
 
 use std::time::{Duration, Instant};
 
@@ -43,6 +50,37 @@ pub const MAX_BATCH_TIME: Duration = Duration::from_millis(10);
 /// Most records appended with one insert (16 values each, far below
 /// SQLite's limit on bound values).
 pub const MAX_APPEND: usize = 256;
+
+/// How a transaction holding only records of calls that changed nothing is
+/// committed (see the module's doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordCommit {
+    /// As every write (the connection's `synchronous`).
+    Durable,
+    /// With `synchronous = NORMAL`, then back to `restore` (the
+    /// connection's setting, `FULL` or `EXTRA`).
+    Relaxed {
+        /// The statement that restores the connection's setting.
+        restore: &'static str,
+    },
+}
+
+impl RecordCommit {
+    /// Relaxed unless the connections already commit at `NORMAL` or less
+    /// (`synchronous` as configured, lowercase), or `durable` is asked.
+    pub fn for_synchronous(synchronous: &str, durable: bool) -> RecordCommit {
+        match synchronous {
+            _ if durable => RecordCommit::Durable,
+            "full" => RecordCommit::Relaxed {
+                restore: "PRAGMA synchronous = FULL",
+            },
+            "extra" => RecordCommit::Relaxed {
+                restore: "PRAGMA synchronous = EXTRA",
+            },
+            _ => RecordCommit::Durable,
+        }
+    }
+}
 
 type Lease = oneshot::Sender<StoreResult<BatchTx>>;
 type Done = oneshot::Sender<StoreResult<()>>;
@@ -156,9 +194,9 @@ fn writer_gone() -> sqlx::Error {
 
 impl Writer {
     /// Starts the writer task of `pool`.
-    pub fn start(pool: SqlitePool) -> Writer {
+    pub fn start(pool: SqlitePool, records: RecordCommit) -> Writer {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(pool, rx));
+        tokio::spawn(run(pool, records, rx));
         Writer { tx }
     }
 
@@ -204,7 +242,7 @@ async fn connection(
     }
 }
 
-async fn run(pool: SqlitePool, mut rx: mpsc::UnboundedReceiver<Msg>) {
+async fn run(pool: SqlitePool, records: RecordCommit, mut rx: mpsc::UnboundedReceiver<Msg>) {
     let mut conn: Option<PoolConnection<Sqlite>> = None;
     // A message taken off the queue while gathering records, handled next.
     let mut carried: Option<Msg> = None;
@@ -224,8 +262,13 @@ async fn run(pool: SqlitePool, mut rx: mpsc::UnboundedReceiver<Msg>) {
                 carried = appends.gather(&mut rx);
                 match connection(&pool, &mut conn).await {
                     Ok(mut c) => {
-                        appends.commit_alone(&mut c).await;
-                        conn = Some(c);
+                        if appends.commit_alone(&mut c, records).await {
+                            conn = Some(c);
+                        } else {
+                            // Not known to commit durably any more: closed,
+                            // not returned to the pool.
+                            let _ = c.close().await;
+                        }
                     }
                     Err(e) => appends.fail(&e.to_string()),
                 }
@@ -337,16 +380,38 @@ impl Appends {
     }
 
     /// Inserts and commits the records in a transaction of their own, in
-    /// one hand-off to SQLite's thread, and tells their callers.
-    async fn commit_alone(self, c: &mut PoolConnection<Sqlite>) {
+    /// one hand-off to SQLite's thread, and tells their callers. False when
+    /// the connection's `synchronous` could not be restored (it must not be
+    /// used again).
+    async fn commit_alone(self, c: &mut PoolConnection<Sqlite>, records: RecordCommit) -> bool {
         let insert = finished_calls_insert(&self.calls);
-        match script(c, "BEGIN IMMEDIATE", &insert, "COMMIT").await {
-            Ok(()) => tell_committed(self.waiters),
+        let (before, after, restore) = match records {
+            RecordCommit::Durable => ("BEGIN IMMEDIATE", "COMMIT".to_owned(), None),
+            RecordCommit::Relaxed { restore } => (
+                "PRAGMA synchronous = NORMAL;\nBEGIN IMMEDIATE",
+                format!("COMMIT;\n{restore}"),
+                Some(restore),
+            ),
+        };
+        let statements = if restore.is_some() { 5 } else { 3 };
+        let (ran, result) = script(c, before, &insert, &after).await;
+        // Committed once every statement up to COMMIT ran.
+        let committed = ran >= statements - usize::from(restore.is_some());
+        match result {
+            Ok(()) => {
+                tell_committed(self.waiters);
+                return true;
+            }
+            Err(_) if committed => tell_committed(self.waiters),
             Err(e) => {
                 // The script may have stopped inside its transaction.
                 let _ = exec(c, "ROLLBACK").await;
                 self.fail(&e.to_string());
             }
+        }
+        match restore {
+            Some(restore) => exec(c, restore).await.is_ok(),
+            None => true,
         }
     }
 
@@ -359,8 +424,8 @@ impl Appends {
             return Ok(Vec::new());
         }
         let insert = finished_calls_insert(&self.calls);
-        let Err(e) = script(c, "SAVEPOINT writ_append", &insert, "RELEASE writ_append").await
-        else {
+        let (_, result) = script(c, "SAVEPOINT writ_append", &insert, "RELEASE writ_append").await;
+        let Err(e) = result else {
             return Ok(self.waiters);
         };
         let undone = exec(c, "ROLLBACK TO writ_append; RELEASE writ_append").await;
@@ -376,20 +441,29 @@ impl Appends {
     }
 }
 
-/// Runs `before`, `statement` and `after` as one script (one hand-off).
+/// Runs `before`, `statement` and `after` as one script (one hand-off);
+/// returns how many of its statements ran to completion, and how it ended.
 async fn script(
     c: &mut PoolConnection<Sqlite>,
     before: &str,
     statement: &sea_query::InsertStatement,
     after: &str,
-) -> StoreResult<()> {
+) -> (usize, StoreResult<()>) {
+    use futures_util::TryStreamExt;
     use sea_query_sqlx::SqlxBinder;
     let (sql, values) = statement.build_sqlx(sea_query::SqliteQueryBuilder);
     let sql = format!("{before};\n{sql};\n{after}");
-    sqlx::query_with(sqlx::AssertSqlSafe(sql), values)
-        .execute(&mut **c)
-        .await
-        .map(drop)
+    #[allow(deprecated)] // the multi-statement query is SQLite's, kept by sqlx
+    let mut steps = sqlx::query_with(sqlx::AssertSqlSafe(sql), values).fetch_many(&mut **c);
+    let mut ran = 0;
+    loop {
+        match steps.try_next().await {
+            Ok(Some(sqlx::Either::Left(_))) => ran += 1,
+            Ok(Some(sqlx::Either::Right(_))) => {}
+            Ok(None) => return (ran, Ok(())),
+            Err(e) => return (ran, Err(e)),
+        }
+    }
 }
 
 /// The state of one batch when it stops taking callers.
@@ -523,7 +597,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn each_job_is_atomic_and_isolated_from_the_others_failures() {
         let (pool, path) = pool().await;
-        let writer = Writer::start(pool.clone());
+        let writer = Writer::start(pool.clone(), RecordCommit::Durable);
         let mut jobs = Vec::new();
         for k in 0..200i64 {
             let writer = writer.clone();
@@ -563,7 +637,7 @@ mod tests {
         use crate::store::Tx;
         use sea_query::{Expr, ExprTrait, Query};
         let (pool, path) = pool().await;
-        let writer = Writer::start(pool.clone());
+        let writer = Writer::start(pool.clone(), RecordCommit::Durable);
         let row = |k: i64| {
             Query::insert()
                 .into_table("t")
@@ -618,7 +692,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_commit_returns_only_once_durable_and_visible() {
         let (pool, path) = pool().await;
-        let writer = Writer::start(pool.clone());
+        let writer = Writer::start(pool.clone(), RecordCommit::Durable);
         for k in 0..20i64 {
             let mut tx = writer.begin().await.unwrap();
             insert(&mut tx, k).await.unwrap();
@@ -637,6 +711,84 @@ mod tests {
             writer.begin().await.is_err(),
             "a stopped writer refuses work"
         );
+        pool.close().await;
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// Records committed alone at `synchronous = NORMAL` are all kept, and
+    /// the connection is back at `FULL` for the next write.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn relaxed_record_commits_restore_full_for_writes() {
+        use super::super::audit::NewCall;
+        let path = std::env::temp_dir().join(format!("writ-records-{}.db", rand::random::<u64>()));
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .foreign_keys(false)
+            .synchronous(sqlx::sqlite::SqliteSynchronous::Full)
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(2)
+            .connect_with(options)
+            .await
+            .unwrap();
+        super::super::SQLITE_MIGRATIONS.run(&pool).await.unwrap();
+        let records = RecordCommit::for_synchronous("full", false);
+        assert_ne!(records, RecordCommit::Durable);
+        let writer = Writer::start(pool.clone(), records);
+        let call = |k: i64| FinishedCall {
+            call: NewCall {
+                called_at: format!("2026-12-01T00:00:{:02}.000000Z", k % 60),
+                via: "api",
+                agent_id: 1,
+                agent_login: "bot".into(),
+                token_id: 1,
+                tool: "get_agent_work_grant".into(),
+                repository: Some("o/r".into()),
+                decision: "allow",
+                matched_grant: None,
+                reason: "native_api".into(),
+                rpc_id: None,
+                request_id: Some(format!("r{k}")),
+                arg_names: "[]".into(),
+            },
+            native_status: 200,
+            error_code: None,
+            completed_at: "2026-12-01T00:00:00.000000Z".into(),
+        };
+        for round in 0..5i64 {
+            let appends: Vec<_> = (0..20i64)
+                .map(|k| {
+                    let writer = writer.clone();
+                    let call = call(round * 20 + k);
+                    tokio::spawn(async move { writer.append(call).await })
+                })
+                .collect();
+            for a in appends {
+                a.await.unwrap().unwrap();
+            }
+            let mut job = writer.begin().await.unwrap();
+            let (level,): (i64,) = sqlx::query_as("PRAGMA synchronous")
+                .fetch_one(job.conn().await.unwrap())
+                .await
+                .unwrap();
+            assert_eq!(level, 2, "writes commit at FULL again");
+            job.commit().await.unwrap();
+        }
+        let (kept,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM tool_calls")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(kept, 100);
+        assert_eq!(
+            RecordCommit::for_synchronous("normal", false),
+            RecordCommit::Durable
+        );
+        assert_eq!(
+            RecordCommit::for_synchronous("full", true),
+            RecordCommit::Durable
+        );
+        writer.shutdown().await;
         pool.close().await;
         let _ = std::fs::remove_file(&path);
     }

@@ -34,7 +34,7 @@ enum Scope {
     Except(Vec<i64>),
 }
 
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, serde::Deserialize)]
 struct CountRow {
     repository_id: i64,
     state: String,

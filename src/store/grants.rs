@@ -15,12 +15,13 @@ use super::schema::{
 use super::{Backend, StoreResult, Tx};
 
 /// A grant joined with every login and repository fact its JSON needs.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct GrantRow {
     pub id: i64,
     pub repository_id: i64,
     pub repo_owner: String,
     pub repo_name: String,
+    #[serde(deserialize_with = "super::inline::boolean")]
     pub repo_private: bool,
     pub agent_id: i64,
     pub agent_login: String,
@@ -250,10 +251,11 @@ pub struct Found {
 }
 
 /// A grant found through its route.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct AgentGrantRow {
     /// The grant.
     #[sqlx(flatten)]
+    #[serde(flatten)]
     pub grant: GrantRow,
     /// The grant's receipt under the request key, if asked and present.
     pub key_submission_id: Option<i64>,
@@ -337,9 +339,10 @@ pub async fn agent_grant_in_repo(
 
 /// A grant found through its route with its repository's admission inputs
 /// as one JSON column (PostgreSQL).
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, serde::Deserialize)]
 struct WithInputs {
     #[sqlx(flatten)]
+    #[serde(flatten)]
     found: AgentGrantRow,
     admission_inputs: Option<String>,
 }
@@ -529,7 +532,7 @@ pub async fn update_grant(
 }
 
 /// One entry of a grant's timeline.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct GrantEventRow {
     pub id: i64,
     pub grant_id: i64,

@@ -49,7 +49,7 @@ pub async fn insert_issue(tx: &mut Tx, i: NewIssue<'_>) -> StoreResult<i64> {
 }
 
 /// An issue with its poster and, for grant submissions, its attribution.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct IssueRow {
     pub id: i64,
     pub repository_id: i64,
@@ -155,7 +155,7 @@ pub async fn move_issue(tx: &mut Tx, id: i64, repository_id: i64, index: i64) ->
 }
 
 /// A receipt, with where its issue is now (if it still exists).
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct SubmissionRow {
     pub id: i64,
     pub grant_id: i64,

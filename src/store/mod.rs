@@ -7,6 +7,7 @@ pub mod audit;
 pub mod batch;
 pub mod grant_pages;
 pub mod grants;
+pub mod inline;
 pub mod issues;
 pub mod policy;
 pub mod principals;
@@ -16,6 +17,7 @@ pub mod schema;
 pub mod sessions;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sea_query::{ExprTrait, PostgresQueryBuilder, SqliteQueryBuilder};
@@ -51,19 +53,29 @@ pub enum Backend {
 #[derive(Clone, Debug)]
 pub enum Store {
     /// SQLite (WAL, foreign keys, busy timeout, `BEGIN IMMEDIATE` writes),
-    /// with the group-commit writer when it is on.
-    Sqlite(SqlitePool, Option<batch::Writer>),
+    /// with the group-commit writer when it is on, and the connections that
+    /// read inline ([`inline`]).
+    Sqlite(SqlitePool, Option<batch::Writer>, Arc<inline::Readers>),
     /// PostgreSQL (row locks and constraints guard every invariant).
     Postgres(PgPool),
 }
 
-/// A row type that decodes on both backends.
+/// A row type that decodes on both backends (and, by column name through
+/// serde, from the SQLite reads run inline, see [`inline`]).
 pub trait BothRows:
-    for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+    for<'r> FromRow<'r, SqliteRow>
+    + for<'r> FromRow<'r, PgRow>
+    + serde::de::DeserializeOwned
+    + Send
+    + Unpin
 {
 }
 impl<T> BothRows for T where
-    T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+    T: for<'r> FromRow<'r, SqliteRow>
+        + for<'r> FromRow<'r, PgRow>
+        + serde::de::DeserializeOwned
+        + Send
+        + Unpin
 {
 }
 
@@ -113,10 +125,15 @@ impl Store {
                 .max_connections(Ord::max(config.max_connections, 3))
                 .connect_with(options)
                 .await?;
+            let readers = inline::Readers::open(&options_path(&pool))?;
+            let records = batch::RecordCommit::for_synchronous(
+                &config.sqlite_synchronous.to_ascii_lowercase(),
+                config.sqlite_durable_read_records,
+            );
             let writer = config
                 .sqlite_group_commit
-                .then(|| batch::Writer::start(pool.clone()));
-            Ok(Store::Sqlite(pool, writer))
+                .then(|| batch::Writer::start(pool.clone(), records));
+            Ok(Store::Sqlite(pool, writer, readers))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let options = PgConnectOptions::from_str(url)?;
             let pool = pinged_when_idle(PgPoolOptions::new())
@@ -141,7 +158,7 @@ impl Store {
     /// Applies the embedded migrations of this backend.
     pub async fn migrate(&self) -> anyhow::Result<()> {
         match self {
-            Store::Sqlite(pool, _) => SQLITE_MIGRATIONS.run(pool).await?,
+            Store::Sqlite(pool, ..) => SQLITE_MIGRATIONS.run(pool).await?,
             Store::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await?,
         }
         Ok(())
@@ -175,8 +192,8 @@ impl Store {
     /// [`batch`]).
     pub async fn write(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(_, Some(writer)) => Tx::Batch(writer.begin().await?),
-            Store::Sqlite(pool, None) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+            Store::Sqlite(_, Some(writer), _) => Tx::Batch(writer.begin().await?),
+            Store::Sqlite(pool, None, _) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
             Store::Postgres(pool) => Tx::Postgres(pool.begin().await?),
         })
     }
@@ -194,19 +211,21 @@ impl Store {
         })
     }
 
-    /// A pooled connection outside any transaction, for a use case that
-    /// reads with a single statement (one round trip, no `BEGIN`/`COMMIT`).
+    /// A connection outside any transaction, for a use case that reads with
+    /// a single statement (one round trip, no `BEGIN`/`COMMIT`; on SQLite a
+    /// read run inline). Only reads.
     pub async fn single(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(pool, _) => Tx::SqliteSingle(pool.acquire().await?),
+            Store::Sqlite(.., readers) => Tx::Inline(readers.get()?),
             Store::Postgres(pool) => Tx::PostgresSingle(pool.acquire().await?),
         })
     }
 
-    /// Begins a read transaction: one consistent snapshot for a whole answer.
+    /// Begins a read transaction: one consistent snapshot for a whole answer
+    /// (on SQLite, read inline). Only reads.
     pub async fn read(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(pool, _) => Tx::Sqlite(pool.begin().await?),
+            Store::Sqlite(.., readers) => Tx::Inline(readers.begin()?),
             Store::Postgres(pool) => Tx::Postgres(
                 pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     .await?,
@@ -217,10 +236,11 @@ impl Store {
     /// Closes every pooled connection.
     pub async fn close(&self) {
         match self {
-            Store::Sqlite(pool, writer) => {
+            Store::Sqlite(pool, writer, readers) => {
                 if let Some(writer) = writer {
                     writer.shutdown().await;
                 }
+                readers.close();
                 pool.close().await
             }
             Store::Postgres(pool) => pool.close().await,
@@ -236,9 +256,12 @@ pub enum Tx {
     Batch(batch::BatchTx),
     /// PostgreSQL transaction.
     Postgres(Transaction<'static, Postgres>),
-    /// A SQLite connection outside a transaction (each statement commits on
-    /// its own; see [`Store::single`]).
+    /// A SQLite connection of the pool outside a transaction (each statement
+    /// commits on its own).
     SqliteSingle(PoolConnection<Sqlite>),
+    /// A SQLite read connection, run inline, in a read transaction or not
+    /// ([`Store::read`], [`Store::single`]).
+    Inline(inline::ReadConn),
     /// A PostgreSQL connection outside a transaction.
     PostgresSingle(PoolConnection<Postgres>),
 }
@@ -266,6 +289,7 @@ macro_rules! dispatch {
                 let $conn = &mut **c;
                 $body
             }
+            Tx::Inline(_) => unreachable!("inline reads are answered before dispatch"),
             Tx::PostgresSingle(c) => {
                 let ($sql, $values) = $q.build_sqlx(PostgresQueryBuilder);
                 let $conn = &mut **c;
@@ -279,7 +303,7 @@ impl Tx {
     /// The engine of this transaction.
     pub fn backend(&self) -> Backend {
         match self {
-            Tx::Sqlite(_) | Tx::Batch(_) | Tx::SqliteSingle(_) => Backend::Sqlite,
+            Tx::Sqlite(_) | Tx::Batch(_) | Tx::SqliteSingle(_) | Tx::Inline(_) => Backend::Sqlite,
             Tx::Postgres(_) | Tx::PostgresSingle(_) => Backend::Postgres,
         }
     }
@@ -289,6 +313,10 @@ impl Tx {
         &mut self,
         q: &impl SqlxBinder,
     ) -> StoreResult<Option<T>> {
+        if let Tx::Inline(c) = self {
+            let (sql, values) = inline_sql(q);
+            return c.fetch_optional(&sql, &values);
+        }
         dispatch!(self, q, |conn, sql, values| {
             sqlx::query_as_with(AssertSqlSafe(sql), values)
                 .fetch_optional(conn)
@@ -298,6 +326,10 @@ impl Tx {
 
     /// Runs a query expected to return exactly one row.
     pub async fn fetch_one<T: BothRows>(&mut self, q: &impl SqlxBinder) -> StoreResult<T> {
+        if let Tx::Inline(c) = self {
+            let (sql, values) = inline_sql(q);
+            return c.fetch_one(&sql, &values);
+        }
         dispatch!(self, q, |conn, sql, values| {
             sqlx::query_as_with(AssertSqlSafe(sql), values)
                 .fetch_one(conn)
@@ -307,6 +339,10 @@ impl Tx {
 
     /// Runs a query and collects every row.
     pub async fn fetch_all<T: BothRows>(&mut self, q: &impl SqlxBinder) -> StoreResult<Vec<T>> {
+        if let Tx::Inline(c) = self {
+            let (sql, values) = inline_sql(q);
+            return c.fetch_all(&sql, &values);
+        }
         dispatch!(self, q, |conn, sql, values| {
             sqlx::query_as_with(AssertSqlSafe(sql), values)
                 .fetch_all(conn)
@@ -316,6 +352,9 @@ impl Tx {
 
     /// Runs a statement and returns the number of rows it touched.
     pub async fn execute(&mut self, q: &impl SqlxBinder) -> StoreResult<u64> {
+        if let Tx::Inline(_) = self {
+            return Err(read_only());
+        }
         dispatch!(self, q, |conn, sql, values| {
             Ok(sqlx::query_with(AssertSqlSafe(sql), values)
                 .execute(conn)
@@ -339,6 +378,7 @@ impl Tx {
             Tx::Sqlite(tx) => (tx, false),
             Tx::Batch(tx) => tx.script_conn(),
             Tx::SqliteSingle(c) => (c, false),
+            Tx::Inline(_) => return Err(read_only()),
             Tx::Postgres(_) | Tx::PostgresSingle(_) => {
                 return Err(sqlx::Error::Protocol(
                     "a SQLite script on PostgreSQL".into(),
@@ -394,6 +434,7 @@ impl Tx {
             Tx::Sqlite(tx) => tx.commit().await,
             Tx::Batch(tx) => tx.commit().await,
             Tx::Postgres(tx) => tx.commit().await,
+            Tx::Inline(c) => c.commit(),
             Tx::SqliteSingle(_) | Tx::PostgresSingle(_) => Ok(()),
         }
     }
@@ -407,7 +448,7 @@ impl Tx {
                 Ok(())
             }
             Tx::Postgres(tx) => tx.rollback().await,
-            Tx::SqliteSingle(_) | Tx::PostgresSingle(_) => Ok(()),
+            Tx::Inline(_) | Tx::SqliteSingle(_) | Tx::PostgresSingle(_) => Ok(()),
         }
     }
 }
@@ -431,6 +472,22 @@ pub struct ScriptStep {
     pub rows: Vec<SqliteRow>,
     /// The rows it changed.
     pub changed: u64,
+}
+
+/// A statement rendered for SQLite with its values, for an inline read.
+fn inline_sql(q: &impl SqlxBinder) -> (String, Vec<sea_query::Value>) {
+    let (sql, sea_query_sqlx::SqlxValues(sea_query::Values(values))) =
+        q.build_sqlx(SqliteQueryBuilder);
+    (sql, values)
+}
+
+fn read_only() -> StoreError {
+    sqlx::Error::Protocol("a write on a read connection".into())
+}
+
+/// The file of a SQLite pool's database.
+fn options_path(pool: &SqlitePool) -> std::path::PathBuf {
+    pool.connect_options().get_filename().to_owned()
 }
 
 /// True when `err` is a unique-constraint violation.

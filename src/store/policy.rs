@@ -27,7 +27,7 @@ pub enum AgentToolGrantChanges {
 }
 
 /// A bot's current grant set.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct ToolGrantsRow {
     /// JSON array of grants.
     pub grants: String,
@@ -38,7 +38,7 @@ pub struct ToolGrantsRow {
 }
 
 /// One recorded change.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct ToolGrantChangeRow {
     /// Change id (ascending in time).
     pub id: i64,

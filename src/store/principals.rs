@@ -6,7 +6,7 @@ use super::schema::{AccessTokens, Users};
 use super::{StoreResult, Tx};
 
 /// A user as stored.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct UserRow {
     /// User id.
     pub id: i64,
@@ -112,7 +112,7 @@ pub async fn list_bots(tx: &mut Tx) -> StoreResult<Vec<UserRow>> {
 }
 
 /// A live token joined with its user, as authentication needs it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct TokenAuthRow {
     /// Token id.
     pub token_id: i64,

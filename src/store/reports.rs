@@ -221,7 +221,7 @@ pub fn stream(
             }};
         }
         match &store {
-            Store::Sqlite(pool, _) => pump!(pool, SqliteQueryBuilder),
+            Store::Sqlite(pool, ..) => pump!(pool, SqliteQueryBuilder),
             Store::Postgres(pool) => pump!(pool, PostgresQueryBuilder),
         }
     });

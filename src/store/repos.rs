@@ -6,7 +6,7 @@ use super::schema::{Collaborators, Repositories, Users};
 use super::{StoreResult, Tx};
 
 /// A repository joined with its owner's login.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct RepoRow {
     /// Repository id.
     pub id: i64,
@@ -17,8 +17,10 @@ pub struct RepoRow {
     /// Name as created.
     pub name: String,
     /// Private repositories are readable only by owner and collaborators.
+    #[serde(deserialize_with = "super::inline::boolean")]
     pub private: bool,
     /// The approver of a grant must not be its issuer.
+    #[serde(deserialize_with = "super::inline::boolean")]
     pub require_distinct_approver: bool,
     /// Creation time.
     pub created_at: String,
@@ -79,10 +81,11 @@ pub async fn repo_by_name(tx: &mut Tx, owner: &str, name: &str) -> StoreResult<O
 }
 
 /// A repository with a user's collaborator entry on it, if any.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct RepoAccessRow {
     /// The repository.
     #[sqlx(flatten)]
+    #[serde(flatten)]
     pub repo: RepoRow,
     /// The user's collaborator permission, if the user is one.
     pub collaborator_permission: Option<String>,

@@ -6,7 +6,7 @@ use super::schema::{FormNonces, LoginFailures, Sessions};
 use super::{StoreResult, Tx};
 
 /// A live session.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct SessionRow {
     pub id: i64,
     pub user_id: Option<i64>,
