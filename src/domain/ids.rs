@@ -65,6 +65,22 @@ impl RequestKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The canonical text of the UUIDv4 made of 16 random bytes (the
+    /// version and variant bits are set here).
+    pub fn from_random(mut bytes: [u8; 16]) -> RequestKey {
+        bytes[6] = (bytes[6] & 0x0f) | 0x40;
+        bytes[8] = (bytes[8] & 0x3f) | 0x80;
+        let h = hex::encode(bytes);
+        RequestKey(format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        ))
+    }
 }
 
 /// 64 lowercase hex characters: a SHA-256 digest.
@@ -180,6 +196,18 @@ pub fn parse_full_name(raw: &str) -> Result<(Login, RepoName), ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_request_keys_are_canonical() {
+        for bytes in [[0u8; 16], [0xff; 16], *b"0123456789abcdef"] {
+            let key = RequestKey::from_random(bytes);
+            assert_eq!(RequestKey::parse(key.as_str()), Ok(key.clone()));
+        }
+        assert_eq!(
+            RequestKey::from_random([0; 16]).as_str(),
+            "00000000-0000-4000-8000-000000000000"
+        );
+    }
 
     #[test]
     fn grant_ids() {

@@ -20,7 +20,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::trace::TraceLayer;
 
 use crate::service::Ctx;
@@ -63,8 +65,20 @@ pub fn router(ctx: Ctx) -> Router {
             tracing::info_span!("request", method = %req.method(), route, request_id = id)
         }))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
-        .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), RandomRequestId))
         .with_state(ctx)
+}
+
+/// A random UUIDv4 for a request without an id, from the thread's RNG
+/// (tower-http's `MakeRequestUuid` asks the kernel for each one).
+#[derive(Clone, Copy)]
+struct RandomRequestId;
+
+impl MakeRequestId for RandomRequestId {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        let id = crate::domain::ids::RequestKey::from_random(rand::random());
+        HeaderValue::from_str(id.as_str()).ok().map(RequestId::new)
+    }
 }
 
 /// The process-wide Prometheus recorder (installed once).

@@ -7,10 +7,14 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
+use axum::http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
-use reqwest::{Client, StatusCode};
 use serde_json::json;
 
 use crate::fixture::{BotGrant, PROPOSAL_SCHEMA, World, grant_path};
@@ -161,25 +165,21 @@ pub fn issue_title(login: &str, seq: u64) -> String {
 
 /// A canonical lowercase UUIDv4.
 pub fn request_key(rng: &mut StdRng) -> String {
-    let mut b: [u8; 16] = rng.random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    writ::domain::ids::RequestKey::from_random(rng.random())
+        .as_str()
+        .to_owned()
 }
 
 /// One bot's client: its keep-alive connection, its grant, what it submitted.
+///
+/// The connection is hyper's plain HTTP/1.1 client connection (no pool, no
+/// URL parsing, no redirects): the load generator shares the machine with
+/// the server, so every microsecond it spends per request is one the
+/// server does not get (reqwest cost ~40 µs of CPU per request here).
 pub struct BotClient {
     /// The bot and its grant.
     pub grant: BotGrant,
-    http: Client,
+    conn: Option<SendRequest<Full<Bytes>>>,
     auth: HeaderValue,
     grant_url: String,
     submit_url: String,
@@ -193,21 +193,15 @@ pub struct BotClient {
 }
 
 impl BotClient {
-    /// A client with one idle keep-alive connection at most.
+    /// A client; it connects at its first request.
     pub fn new(grant: BotGrant) -> anyhow::Result<BotClient> {
-        let http = Client::builder()
-            .no_proxy()
-            .pool_max_idle_per_host(1)
-            .tcp_nodelay(true)
-            .timeout(Duration::from_secs(60))
-            .build()?;
         Ok(BotClient {
             auth: HeaderValue::from_str(&format!("token {}", grant.token))?,
             grant_url: grant_path(&grant),
             submit_url: format!("{}/issues", grant_path(&grant)),
             list_url: "/api/v1/agent-work-grants?page=1&limit=50".to_owned(),
             grant,
-            http,
+            conn: None,
             acked: Vec::new(),
             created: 0,
             seq: 0,
@@ -229,6 +223,64 @@ impl BotClient {
         serde_json::to_vec(&body).expect("JSON of a json! value")
     }
 
+    /// The keep-alive connection to `base` (`http://host:port`), opened
+    /// when there is none or the last one closed.
+    async fn connection(&mut self, base: &str) -> Result<&mut SendRequest<Full<Bytes>>, String> {
+        if self.conn.as_ref().is_none_or(|c| c.is_closed()) {
+            let addr = base.trim_start_matches("http://");
+            let stream = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| format!("connecting to {addr}: {e}"))?;
+            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+            let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("HTTP handshake: {e}"))?;
+            tokio::spawn(conn);
+            self.conn = Some(send);
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        conn.ready()
+            .await
+            .map_err(|e| format!("connection: {}", chain(&e)))?;
+        Ok(conn)
+    }
+
+    /// Sends `method path` with `body`; the status and the whole body.
+    async fn send(
+        &mut self,
+        base: &str,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let host =
+            HeaderValue::from_str(base.trim_start_matches("http://")).map_err(|e| e.to_string())?;
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(HOST, host)
+            .header(AUTHORIZATION, self.auth.clone());
+        if body.is_some() {
+            req = req.header(CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| e.to_string())?;
+        let conn = self.connection(base).await?;
+        let resp = tokio::time::timeout(Duration::from_secs(60), conn.send_request(req))
+            .await
+            .map_err(|_| "no answer within 60 s".to_owned())?
+            .map_err(|e| format!("transport error: {}", chain(&e)))?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading the body: {e}"))?
+            .to_bytes();
+        Ok((status, body))
+    }
+
     /// Sends one request of kind `op` (a replay with nothing to replay yet
     /// becomes a new submission); the kind sent and Err on anything unexpected.
     async fn one(&mut self, base: &str, op: Op) -> (Op, Result<(), String>) {
@@ -242,30 +294,24 @@ impl BotClient {
             Op::Replay => Some(self.acked[self.rng.random_range(0..self.acked.len())].clone()),
             _ => None,
         };
-        let req = match (&body, op) {
-            (Some(b), _) => self
-                .http
-                .post(format!("{base}{}", self.submit_url))
-                .header(CONTENT_TYPE, "application/json")
-                .body(b.clone()),
-            (None, Op::Read) => self.http.get(format!("{base}{}", self.grant_url)),
-            (None, _) => self.http.get(format!("{base}{}", self.list_url)),
+        let (method, path) = match (&body, op) {
+            (Some(_), _) => (Method::POST, self.submit_url.clone()),
+            (None, Op::Read) => (Method::GET, self.grant_url.clone()),
+            (None, _) => (Method::GET, self.list_url.clone()),
         };
-        let result = match req.header(AUTHORIZATION, self.auth.clone()).send().await {
-            Err(e) => Err(format!("{}: transport error: {}", op.label(), chain(&e))),
-            Ok(resp) => {
-                let status = resp.status();
-                match resp.bytes().await {
-                    Err(e) => Err(format!("{}: reading the body: {e}", op.label())),
-                    Ok(_) if status == op.expected() => Ok(()),
-                    Ok(text) => Err(format!(
-                        "{}: {status} (wanted {}): {}",
-                        op.label(),
-                        op.expected(),
-                        String::from_utf8_lossy(&text[..text.len().min(300)])
-                    )),
-                }
+        let result = match self.send(base, method, &path, body.clone()).await {
+            Err(e) => {
+                // The connection may be broken: the next request opens one.
+                self.conn = None;
+                Err(format!("{}: {e}", op.label()))
             }
+            Ok((status, _)) if status == op.expected() => Ok(()),
+            Ok((status, text)) => Err(format!(
+                "{}: {status} (wanted {}): {}",
+                op.label(),
+                op.expected(),
+                String::from_utf8_lossy(&text[..text.len().min(300)])
+            )),
         };
         if result.is_ok() && op == Op::New {
             self.created += 1;
@@ -325,6 +371,30 @@ async fn drive(
     (bot, samples)
 }
 
+/// The runtime the bot clients run on: one thread of its own, polling every
+/// client's connection from one event loop (as `wrk` does). On a multi-
+/// threaded runtime each answer woke a parked worker thread, and the client
+/// cost as much CPU per request as the work it measures.
+fn client_runtime() -> &'static tokio::runtime::Handle {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("bench-clients".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("the clients' runtime");
+                tx.send(runtime.handle().clone())
+                    .expect("the bench waits for the handle");
+                runtime.block_on(std::future::pending::<()>());
+            })
+            .expect("the clients' thread");
+        rx.recv().expect("the clients' runtime started")
+    })
+}
+
 /// One slice of a row: the first `n` bots drive the server with `mix`.
 pub async fn run(
     server: &Server,
@@ -342,7 +412,7 @@ pub async fn run(
         .bots
         .drain(..n)
         .map(|bot| {
-            tokio::spawn(drive(
+            client_runtime().spawn(drive(
                 bot,
                 server.base().to_owned(),
                 mix,
