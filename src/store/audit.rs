@@ -5,10 +5,10 @@
 //! any other update).
 
 use sea_query::{
-    Expr, ExprTrait, Iden, InsertStatement, Query, SubQueryStatement, UpdateStatement,
+    Expr, ExprTrait, Iden, InsertStatement, Query, SubQueryStatement, UpdateStatement, Value,
 };
 
-use super::{SqliteStatement, Store, StoreResult, Tx};
+use super::{Store, StoreResult, Tx};
 
 /// `tool_calls`
 #[derive(Iden, Clone, Copy)]
@@ -135,6 +135,28 @@ impl FinishedCall {
     }
 }
 
+/// The SQLite text of a one-record insert, rendered once: every record
+/// binds [`record_values`] to it (the writer inserts many a second).
+pub(super) fn record_insert_sqlite() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let mut q = calls_table();
+        q.values_panic(std::iter::repeat_n(Expr::val(0), CALL_COLUMNS));
+        q.build(sea_query::SqliteQueryBuilder).0
+    })
+}
+
+/// A finished call's values, in the order of [`record_insert_sqlite`].
+pub(super) fn record_values(f: &FinishedCall) -> Vec<Value> {
+    call_values(&f.call, Some(f.outcome()))
+        .into_iter()
+        .map(|e| match e {
+            Expr::Value(v) => v,
+            other => unreachable!("a record's values are plain values, not {other:?}"),
+        })
+        .collect()
+}
+
 /// One insert of several finished calls.
 pub(super) fn finished_calls_insert(calls: &[FinishedCall]) -> InsertStatement {
     let mut q = calls_table();
@@ -149,17 +171,12 @@ pub(super) fn finished_calls_insert(calls: &[FinishedCall]) -> InsertStatement {
 /// one insert for every record queued with it; otherwise it is a single
 /// statement in autocommit.
 pub async fn append_call(store: &Store, call: FinishedCall) -> StoreResult<()> {
-    let insert = |call| finished_calls_insert(std::slice::from_ref(call));
     match store {
-        Store::Sqlite(_, Some(writer), _) => writer.append(call).await,
-        Store::Sqlite(_, None, _) => {
-            let mut tx = store.write().await?;
-            tx.execute(&insert(&call)).await?;
-            tx.commit().await
-        }
+        Store::Sqlite(_, writer, _) => writer.append(call).await,
         Store::Postgres(_) => {
             let mut conn = store.single().await?;
-            conn.execute(&insert(&call)).await.map(drop)
+            let insert = finished_calls_insert(std::slice::from_ref(&call));
+            conn.execute(&insert).await.map(drop)
         }
     }
 }
@@ -189,7 +206,10 @@ fn calls_table() -> InsertStatement {
         .to_owned()
 }
 
-fn call_values(c: &NewCall, outcome: Option<Outcome<'_>>) -> [Expr; 16] {
+/// Columns of a record.
+const CALL_COLUMNS: usize = 16;
+
+fn call_values(c: &NewCall, outcome: Option<Outcome<'_>>) -> [Expr; CALL_COLUMNS] {
     [
         c.called_at.as_str().into(),
         c.via.into(),
@@ -270,11 +290,47 @@ impl CallEndStatement {
         }
     }
 
-    /// For a script (SQLite).
-    pub(super) fn as_sqlite(&self) -> &(dyn SqliteStatement + Sync) {
-        match self {
-            CallEndStatement::Insert(q) => q,
-            CallEndStatement::Complete(q) => q,
-        }
+    /// Runs it as a statement of its own; whether it wrote the outcome.
+    pub(super) async fn run(&self, tx: &mut Tx) -> StoreResult<bool> {
+        let id = match self {
+            CallEndStatement::Insert(q) => tx.fetch_optional::<(i64,)>(q).await?,
+            CallEndStatement::Complete(q) => tx.fetch_optional::<(i64,)>(q).await?,
+        };
+        Ok(id.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The writer's cached record insert is what sea-query renders for the
+    /// same record, value for value.
+    #[test]
+    fn the_cached_record_insert_is_the_rendered_one() {
+        let call = FinishedCall {
+            call: NewCall {
+                called_at: "2026-12-01T00:00:00.000001Z".into(),
+                via: "api",
+                agent_id: 7,
+                agent_login: "bot".into(),
+                token_id: 9,
+                tool: "get_agent_work_grant".into(),
+                repository: None,
+                decision: "allow",
+                matched_grant: Some("3".into()),
+                reason: "native_api".into(),
+                rpc_id: None,
+                request_id: Some("r".into()),
+                arg_names: "[\"owner\"]".into(),
+            },
+            native_status: 404,
+            error_code: Some("not_found"),
+            completed_at: "2026-12-01T00:00:00.000002Z".into(),
+        };
+        let (sql, values) =
+            finished_calls_insert(std::slice::from_ref(&call)).build(sea_query::SqliteQueryBuilder);
+        assert_eq!(record_insert_sqlite(), sql);
+        assert_eq!(record_values(&call), values.0);
     }
 }

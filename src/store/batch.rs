@@ -3,29 +3,29 @@
 //!
 //! SQLite has one writer at a time, so write transactions are serialized
 //! anyway (`BEGIN IMMEDIATE`); what limits throughput is the fsync of every
-//! commit. Here one task owns a connection and an open `BEGIN IMMEDIATE`
-//! transaction. Each caller of [`Writer::begin`] gets that connection in
-//! turn, inside its own `SAVEPOINT`: its statements are atomic and its
+//! commit. Here one thread owns the write connection and an open
+//! `BEGIN IMMEDIATE` transaction. Each caller of [`Writer::begin`] gets that
+//! connection in turn, inside its own `SAVEPOINT`, and runs its statements
+//! on its own thread (see [`super::sqlite`]): they are atomic, and its
 //! failure (a dropped or rolled-back [`BatchTx`]) undoes only its own work
 //! (`ROLLBACK TO`, which leaves the jobs before it, in the savepoints it is
-//! nested in, untouched). A caller's `commit` keeps its savepoint open, hands
-//! the connection back and waits; when no caller is queued (or the batch is
-//! full), the task commits once and only then tells every caller of the
-//! batch the outcome. So each answer is still sent only after its own work
-//! is durable, and one fsync covers many requests.
+//! nested in, untouched). A caller's `commit` keeps its savepoint open,
+//! hands the connection back and waits; when no caller is queued (or the
+//! batch is full), the thread commits once and only then tells every
+//! caller of the batch the outcome. So each answer is still sent only after
+//! its own work is durable, and one fsync covers many requests. The commit
+//! (and its fsync) runs on the writer's thread, never on the runtime's.
 //!
 //! If the batch commit fails, every caller in it gets the error (none of
-//! their work was committed). If SQLite aborted the whole transaction (the
-//! savepoint is gone), the batch is failed the same way.
+//! their work was committed). If SQLite ended the whole transaction (the
+//! savepoints are gone), the batch is failed the same way.
 //!
 //! Records that need no transaction of their own (the audit records of
 //! calls that changed nothing, see [`Writer::append`]) do not take the
-//! connection in turn: the writer inserts every record queued with one
-//! statement, in the open batch (in a savepoint of their own, so their
-//! failure undoes none of the jobs) or, when no job is queued, in a
-//! transaction of their own (`BEGIN IMMEDIATE`, the insert and `COMMIT` in
-//! one hand-off to SQLite's thread). Each caller is told once the commit
-//! holding its record returned.
+//! connection in turn: the writer inserts every record queued, in the open
+//! batch (in a savepoint of their own, so their failure undoes none of the
+//! jobs) or, when no job is queued, in a transaction of their own. Each
+//! caller is told once the commit holding its record returned.
 //!
 //! A transaction of records alone can be committed without `fsync`
 //! ([`RecordCommit::Relaxed`], the default): `synchronous = NORMAL` for
@@ -33,22 +33,25 @@
 //! (a killed process loses nothing), and on disk at the next write's
 //! durable commit or checkpoint; only a power loss or kernel crash before
 //! that can lose it (docs/decisions.md, session 7).
+//!
+//! Without group commit ([`Writer::start`] with a batch of one), each job
+//! is committed alone, the same way.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use sqlx::pool::PoolConnection;
-use sqlx::{Sqlite, SqlitePool};
+use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::StoreResult;
-use super::audit::{FinishedCall, finished_calls_insert};
+use super::audit::{FinishedCall, record_insert_sqlite, record_values};
+use super::sqlite::{self, Role};
+use super::{StoreError, StoreResult};
 
 /// Most transactions committed together.
 pub const MAX_BATCH: usize = 64;
 /// Longest a batch stays open while callers keep arriving.
 pub const MAX_BATCH_TIME: Duration = Duration::from_millis(10);
-/// Most records appended with one insert (16 values each, far below
-/// SQLite's limit on bound values).
+/// Most records gathered into one commit.
 pub const MAX_APPEND: usize = 256;
 
 /// How a transaction holding only records of calls that changed nothing is
@@ -82,6 +85,19 @@ impl RecordCommit {
     }
 }
 
+/// How the writer opens and uses its connection.
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// The database file.
+    pub path: PathBuf,
+    /// `PRAGMA synchronous` of every write (`FULL`, `NORMAL`, `EXTRA`).
+    pub synchronous: &'static str,
+    /// How records alone are committed.
+    pub records: RecordCommit,
+    /// Most jobs per commit: [`MAX_BATCH`] with group commit, 1 without.
+    pub max_batch: usize,
+}
+
 type Lease = oneshot::Sender<StoreResult<BatchTx>>;
 type Done = oneshot::Sender<StoreResult<()>>;
 
@@ -94,15 +110,15 @@ enum Msg {
 /// What a lease holder hands back with the connection.
 enum Returned {
     /// Keep the work; tell me when it is durable.
-    Release(oneshot::Sender<StoreResult<()>>),
+    Release(Done),
     /// Undo the work (to the job's savepoint, if it opened one).
     Abandon { opened: bool },
 }
 
 /// Opens a job's savepoint.
-pub const SAVEPOINT: &str = "SAVEPOINT writ_job";
+const SAVEPOINT: &str = "SAVEPOINT writ_job";
 
-/// The handle to the writer task of one SQLite pool.
+/// The handle to the writer thread of one SQLite file.
 #[derive(Clone, Debug)]
 pub struct Writer {
     tx: mpsc::UnboundedSender<Msg>,
@@ -111,11 +127,9 @@ pub struct Writer {
 /// One caller's transaction inside a batch: a savepoint on the writer's
 /// connection. Dropping it without `commit` undoes its work.
 pub struct BatchTx {
-    conn: Option<PoolConnection<Sqlite>>,
-    back: Option<oneshot::Sender<(PoolConnection<Sqlite>, Returned)>>,
-    /// Whether this job's savepoint is open. It is opened by the job's first
-    /// statement (in the same hand-off to SQLite's thread when that is a
-    /// script), not by the writer before lending the connection.
+    conn: Option<Connection>,
+    back: Option<oneshot::Sender<(Connection, Returned)>>,
+    /// Whether this job's savepoint is open (its first statement opens it).
     opened: bool,
 }
 
@@ -128,41 +142,22 @@ impl std::fmt::Debug for BatchTx {
 impl BatchTx {
     /// The connection, for the statements of this transaction (its
     /// savepoint opened first, if it is not yet).
-    pub async fn conn(&mut self) -> StoreResult<&mut sqlx::SqliteConnection> {
+    pub fn conn(&mut self) -> StoreResult<&Connection> {
         let conn = self
             .conn
-            .as_mut()
+            .as_ref()
             .expect("a BatchTx holds its connection until commit or drop");
         if !self.opened {
-            sqlx::raw_sql(SAVEPOINT).execute(&mut **conn).await?;
+            sqlite::batch(conn, SAVEPOINT)?;
             self.opened = true;
         }
         Ok(conn)
     }
 
-    /// The connection for a script, and whether the script must open the
-    /// savepoint itself ([`SAVEPOINT`] as its first statement; then call
-    /// [`BatchTx::script_ran`]).
-    pub fn script_conn(&mut self) -> (&mut sqlx::SqliteConnection, bool) {
-        let conn = self
-            .conn
-            .as_mut()
-            .expect("a BatchTx holds its connection until commit or drop");
-        (conn, !self.opened)
-    }
-
-    /// A script that opened the savepoint ran `steps` statements before it
-    /// ended or failed: the savepoint is open once its own statement ran.
-    pub fn script_ran(&mut self, steps: usize) {
-        if steps > 0 {
-            self.opened = true;
-        }
-    }
-
     fn hand_back(&mut self, returned: Returned) {
         if let (Some(conn), Some(back)) = (self.conn.take(), self.back.take()) {
             // The writer waits for this; if it is gone, the connection is
-            // dropped (closed by the pool) and its transaction with it.
+            // dropped (closed) and its transaction with it.
             let _ = back.send((conn, returned));
         }
     }
@@ -188,16 +183,24 @@ impl Drop for BatchTx {
     }
 }
 
-fn writer_gone() -> sqlx::Error {
-    sqlx::Error::PoolClosed
+fn writer_gone() -> StoreError {
+    StoreError::PoolClosed
+}
+
+fn failed(why: &str) -> StoreError {
+    StoreError::Protocol(format!("group commit failed: {why}"))
 }
 
 impl Writer {
-    /// Starts the writer task of `pool`.
-    pub fn start(pool: SqlitePool, records: RecordCommit) -> Writer {
+    /// Opens the write connection and starts the writer's thread.
+    pub fn start(config: WriterConfig) -> StoreResult<Writer> {
+        let conn = open(&config)?;
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(pool, records, rx));
-        Writer { tx }
+        std::thread::Builder::new()
+            .name("writ-sqlite-writer".into())
+            .spawn(move || run(config, conn, rx))
+            .map_err(StoreError::Io)?;
+        Ok(Writer { tx })
     }
 
     /// Waits for the connection, inside a fresh savepoint of the open batch.
@@ -217,8 +220,7 @@ impl Writer {
         wait.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 
-    /// Stops the task after the current batch and returns its connection to
-    /// the pool.
+    /// Stops the thread after the current batch and closes its connection.
     pub async fn shutdown(&self) {
         let (done, wait) = oneshot::channel();
         if self.tx.send(Msg::Shutdown(done)).is_ok() {
@@ -227,108 +229,66 @@ impl Writer {
     }
 }
 
-async fn exec(conn: &mut PoolConnection<Sqlite>, sql: &'static str) -> StoreResult<()> {
-    sqlx::raw_sql(sql).execute(&mut **conn).await.map(|_| ())
+fn open(config: &WriterConfig) -> StoreResult<Connection> {
+    sqlite::open(
+        &config.path,
+        Role::Write {
+            synchronous: config.synchronous,
+        },
+    )
 }
 
-/// The writer's connection: the one it kept, or a fresh one from the pool.
-async fn connection(
-    pool: &SqlitePool,
-    kept: &mut Option<PoolConnection<Sqlite>>,
-) -> StoreResult<PoolConnection<Sqlite>> {
-    match kept.take() {
-        Some(c) => Ok(c),
-        None => pool.acquire().await,
-    }
-}
-
-async fn run(pool: SqlitePool, records: RecordCommit, mut rx: mpsc::UnboundedReceiver<Msg>) {
-    let mut conn: Option<PoolConnection<Sqlite>> = None;
+/// The writer's loop, on its own thread.
+fn run(config: WriterConfig, conn: Connection, mut rx: mpsc::UnboundedReceiver<Msg>) {
+    let mut conn = Some(conn);
     // A message taken off the queue while gathering records, handled next.
     let mut carried: Option<Msg> = None;
     loop {
         let msg = match carried.take() {
             Some(msg) => msg,
-            None => match rx.recv().await {
+            None => match rx.blocking_recv() {
                 Some(msg) => msg,
                 None => return,
             },
         };
-        let first = match msg {
-            Msg::Begin(lease) => lease,
+        let c = match conn.take().map_or_else(|| open(&config), Ok) {
+            Ok(c) => c,
+            Err(e) => {
+                refuse(msg, &e.to_string());
+                continue;
+            }
+        };
+        match msg {
             Msg::Append(call, done) => {
                 let mut appends = Appends::default();
                 appends.push(call, done);
                 carried = appends.gather(&mut rx);
-                match connection(&pool, &mut conn).await {
-                    Ok(mut c) => {
-                        if appends.commit_alone(&mut c, records).await {
-                            conn = Some(c);
-                        } else {
-                            // Not known to commit durably any more: closed,
-                            // not returned to the pool.
-                            let _ = c.close().await;
-                        }
-                    }
-                    Err(e) => appends.fail(&e.to_string()),
+                conn = appends.commit_alone(c, config.records);
+            }
+            Msg::Begin(first) => {
+                let (c, shutdown) = run_batch(c, first, &mut rx, config.max_batch);
+                conn = c;
+                if let Some(done) = shutdown {
+                    drop(conn.take());
+                    let _ = done.send(());
+                    return;
                 }
-                continue;
             }
             Msg::Shutdown(done) => {
-                drop(conn.take());
+                drop(c);
                 let _ = done.send(());
                 return;
             }
-        };
-        let mut c = match connection(&pool, &mut conn).await {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = first.send(Err(e));
-                continue;
-            }
-        };
-        if let Err(e) = exec(&mut c, "BEGIN IMMEDIATE").await {
-            let _ = first.send(Err(e));
-            conn = Some(c);
-            continue;
         }
-        let mut batch = run_batch(c, first, &mut rx).await;
-        let appends = std::mem::take(&mut batch.appends);
-        let Some(mut c) = batch.conn else {
-            // The connection was lost with its transaction (nothing of the
-            // batch was committed); the next batch opens a fresh one.
-            let why = "the group commit lost its connection";
-            fail_all(batch.waiters, why);
-            appends.fail(why);
-            continue;
-        };
-        match &batch.failed {
-            Some(why) => appends.fail(why),
-            None => match appends.insert_in_batch(&mut c).await {
-                Ok(waiters) => batch.waiters.extend(waiters),
-                Err(why) => batch.failed = Some(why),
-            },
-        }
-        let result = match &batch.failed {
-            None => exec(&mut c, "COMMIT").await,
-            Some(why) => Err(sqlx::Error::Protocol(format!(
-                "the group-commit batch failed: {why}"
-            ))),
-        };
-        match result {
-            Ok(()) => tell_committed(batch.waiters),
-            Err(e) => {
-                // Leave no transaction open on the connection.
-                let _ = exec(&mut c, "ROLLBACK").await;
-                fail_all(batch.waiters, &e.to_string());
-            }
-        }
-        conn = Some(c);
-        if let Some(done) = batch.shutdown {
-            drop(conn.take());
-            let _ = done.send(());
-            return;
-        }
+    }
+}
+
+/// Answers a message the writer cannot serve (no connection).
+fn refuse(msg: Msg, why: &str) {
+    match msg {
+        Msg::Begin(lease) => drop(lease.send(Err(failed(why)))),
+        Msg::Append(_, done) => drop(done.send(Err(failed(why)))),
+        Msg::Shutdown(done) => drop(done.send(())),
     }
 }
 
@@ -343,9 +303,7 @@ fn tell_committed(waiters: Vec<Done>) {
 
 fn fail_all(waiters: Vec<Done>, why: &str) {
     for w in waiters {
-        let _ = w.send(Err(sqlx::Error::Protocol(format!(
-            "group commit failed: {why}"
-        ))));
+        let _ = w.send(Err(failed(why)));
     }
 }
 
@@ -379,39 +337,42 @@ impl Appends {
         None
     }
 
-    /// Inserts and commits the records in a transaction of their own, in
-    /// one hand-off to SQLite's thread, and tells their callers. False when
-    /// the connection's `synchronous` could not be restored (it must not be
-    /// used again).
-    async fn commit_alone(self, c: &mut PoolConnection<Sqlite>, records: RecordCommit) -> bool {
-        let insert = finished_calls_insert(&self.calls);
-        let (before, after, restore) = match records {
-            RecordCommit::Durable => ("BEGIN IMMEDIATE", "COMMIT".to_owned(), None),
-            RecordCommit::Relaxed { restore } => (
-                "PRAGMA synchronous = NORMAL;\nBEGIN IMMEDIATE",
-                format!("COMMIT;\n{restore}"),
-                Some(restore),
-            ),
+    fn insert(&self, c: &Connection) -> StoreResult<()> {
+        let sql = record_insert_sqlite();
+        for call in &self.calls {
+            sqlite::execute(c, sql, &record_values(call))?;
+        }
+        Ok(())
+    }
+
+    /// Inserts and commits the records in a transaction of their own and
+    /// tells their callers; the connection back, unless its `synchronous`
+    /// could not be restored (then it is closed: the next use opens one).
+    fn commit_alone(self, c: Connection, records: RecordCommit) -> Option<Connection> {
+        let relaxed = match records {
+            RecordCommit::Relaxed { restore } => Some(restore),
+            RecordCommit::Durable => None,
         };
-        let statements = if restore.is_some() { 5 } else { 3 };
-        let (ran, result) = script(c, before, &insert, &after).await;
-        // Committed once every statement up to COMMIT ran.
-        let committed = ran >= statements - usize::from(restore.is_some());
-        match result {
-            Ok(()) => {
-                tell_committed(self.waiters);
-                return true;
+        let written = (|| {
+            if relaxed.is_some() {
+                sqlite::batch(&c, "PRAGMA synchronous = NORMAL")?;
             }
-            Err(_) if committed => tell_committed(self.waiters),
+            sqlite::batch(&c, "BEGIN IMMEDIATE")?;
+            self.insert(&c)?;
+            sqlite::batch(&c, "COMMIT")
+        })();
+        match written {
+            Ok(()) => tell_committed(self.waiters),
             Err(e) => {
-                // The script may have stopped inside its transaction.
-                let _ = exec(c, "ROLLBACK").await;
+                if !c.is_autocommit() {
+                    let _ = c.execute_batch("ROLLBACK");
+                }
                 self.fail(&e.to_string());
             }
         }
-        match restore {
-            Some(restore) => exec(c, restore).await.is_ok(),
-            None => true,
+        match relaxed {
+            Some(restore) => c.execute_batch(restore).ok().map(|()| c),
+            None => Some(c),
         }
     }
 
@@ -419,16 +380,17 @@ impl Appends {
     /// own; returns their callers, to be told with the batch. If the insert
     /// fails, only the records are undone and their callers told; if even
     /// that fails, the batch must fail (`Err`).
-    async fn insert_in_batch(self, c: &mut PoolConnection<Sqlite>) -> Result<Vec<Done>, String> {
+    fn insert_in_batch(self, c: &Connection) -> Result<Vec<Done>, String> {
         if self.calls.is_empty() {
             return Ok(Vec::new());
         }
-        let insert = finished_calls_insert(&self.calls);
-        let (_, result) = script(c, "SAVEPOINT writ_append", &insert, "RELEASE writ_append").await;
-        let Err(e) = result else {
+        let written = sqlite::batch(c, "SAVEPOINT writ_append")
+            .and_then(|()| self.insert(c))
+            .and_then(|()| sqlite::batch(c, "RELEASE writ_append"));
+        let Err(e) = written else {
             return Ok(self.waiters);
         };
-        let undone = exec(c, "ROLLBACK TO writ_append; RELEASE writ_append").await;
+        let undone = c.execute_batch("ROLLBACK TO writ_append; RELEASE writ_append");
         self.fail(&e.to_string());
         match undone {
             Ok(()) => Ok(Vec::new()),
@@ -441,128 +403,168 @@ impl Appends {
     }
 }
 
-/// Runs `before`, `statement` and `after` as one script (one hand-off);
-/// returns how many of its statements ran to completion, and how it ended.
-async fn script(
-    c: &mut PoolConnection<Sqlite>,
-    before: &str,
-    statement: &sea_query::InsertStatement,
-    after: &str,
-) -> (usize, StoreResult<()>) {
-    use futures_util::TryStreamExt;
-    use sea_query_sqlx::SqlxBinder;
-    let (sql, values) = statement.build_sqlx(sea_query::SqliteQueryBuilder);
-    let sql = format!("{before};\n{sql};\n{after}");
-    #[allow(deprecated)] // the multi-statement query is SQLite's, kept by sqlx
-    let mut steps = sqlx::query_with(sqlx::AssertSqlSafe(sql), values).fetch_many(&mut **c);
-    let mut ran = 0;
-    loop {
-        match steps.try_next().await {
-            Ok(Some(sqlx::Either::Left(_))) => ran += 1,
-            Ok(Some(sqlx::Either::Right(_))) => {}
-            Ok(None) => return (ran, Ok(())),
-            Err(e) => return (ran, Err(e)),
+/// Runs one batch from its first job to its commit: lends the connection
+/// to queued callers, one savepoint each, until the queue is empty, the
+/// batch is full or old, or something failed; gathers the records queued
+/// meanwhile; commits and tells everyone. Returns the connection (none if
+/// it was lost) and a shutdown asked for meanwhile.
+fn run_batch(
+    c: Connection,
+    first: Lease,
+    rx: &mut mpsc::UnboundedReceiver<Msg>,
+    max_batch: usize,
+) -> (Option<Connection>, Option<oneshot::Sender<()>>) {
+    if let Err(e) = sqlite::batch(&c, "BEGIN IMMEDIATE") {
+        let _ = first.send(Err(e));
+        return (Some(c), None);
+    }
+    let mut batch = Batch {
+        waiters: Vec::new(),
+        appends: Appends::default(),
+        failed: None,
+        shutdown: None,
+    };
+    let Some(c) = batch.lend(c, first, rx, max_batch) else {
+        // The connection was lost with its transaction (nothing of the
+        // batch was committed); the next batch opens a fresh one.
+        let why = "the group commit lost its connection";
+        fail_all(batch.waiters, why);
+        batch.appends.fail(why);
+        return (None, batch.shutdown);
+    };
+    let appends = std::mem::take(&mut batch.appends);
+    match &batch.failed {
+        Some(why) => appends.fail(why),
+        None => match appends.insert_in_batch(&c) {
+            Ok(waiters) => batch.waiters.extend(waiters),
+            Err(why) => batch.failed = Some(why),
+        },
+    }
+    let result = match &batch.failed {
+        None => sqlite::batch(&c, "COMMIT"),
+        Some(why) => Err(failed(why)),
+    };
+    match result {
+        Ok(()) => tell_committed(batch.waiters),
+        Err(e) => {
+            // Leave no transaction open on the connection.
+            if !c.is_autocommit() {
+                let _ = c.execute_batch("ROLLBACK");
+            }
+            fail_all(batch.waiters, &e.to_string());
         }
     }
+    (Some(c), batch.shutdown)
 }
 
-/// The state of one batch when it stops taking callers.
+/// The state of one batch while it takes callers.
 struct Batch {
-    conn: Option<PoolConnection<Sqlite>>,
     waiters: Vec<Done>,
     appends: Appends,
     failed: Option<String>,
     shutdown: Option<oneshot::Sender<()>>,
 }
 
-/// Lends the connection to queued callers, one savepoint each, until the
-/// queue is empty, the batch is full or old, or something failed; gathers
-/// the records queued meanwhile.
-async fn run_batch(
-    mut c: PoolConnection<Sqlite>,
-    first: Lease,
-    rx: &mut mpsc::UnboundedReceiver<Msg>,
-) -> Batch {
-    let started = Instant::now();
-    let mut batch = Batch {
-        conn: None,
-        waiters: Vec::new(),
-        appends: Appends::default(),
-        failed: None,
-        shutdown: None,
-    };
-    let mut next = Some(first);
-    let mut count = 0;
-    while let Some(lease) = next.take() {
-        let (back, returned) = oneshot::channel();
-        let job = BatchTx {
-            conn: Some(c),
-            back: Some(back),
-            opened: false,
-        };
-        // If the caller is gone, the lease comes back in the error and its
-        // drop hands the connection back as abandoned.
-        drop(lease.send(Ok(job)));
-        let Ok((back_conn, outcome)) = returned.await else {
-            batch.failed = Some("connection lost".into());
-            return batch;
-        };
-        c = back_conn;
-        // A kept job's savepoint is not released: the next job's nests
-        // inside it (one statement per job, not two), and the batch's COMMIT
-        // keeps them all. An abandoned job is undone to its own savepoint,
-        // the innermost of that name, which is then dropped.
-        match outcome {
-            Returned::Release(done) => batch.waiters.push(done),
-            Returned::Abandon { opened: false } => {}
-            Returned::Abandon { opened: true } => {
-                if let Err(e) = exec(&mut c, "ROLLBACK TO writ_job; RELEASE writ_job").await {
-                    batch.failed = Some(e.to_string());
-                    break;
+impl Batch {
+    /// Lends the connection to `first` and then to every caller queued,
+    /// one at a time; the connection back, or none if it was lost.
+    fn lend(
+        &mut self,
+        mut c: Connection,
+        first: Lease,
+        rx: &mut mpsc::UnboundedReceiver<Msg>,
+        max_batch: usize,
+    ) -> Option<Connection> {
+        let started = Instant::now();
+        let mut next = Some(first);
+        let mut count = 0;
+        while let Some(lease) = next.take() {
+            let (back, returned) = oneshot::channel();
+            let job = BatchTx {
+                conn: Some(c),
+                back: Some(back),
+                opened: false,
+            };
+            // If the caller is gone, the lease comes back in the error and
+            // its drop hands the connection back as abandoned.
+            drop(lease.send(Ok(job)));
+            let Ok((back_conn, outcome)) = returned.blocking_recv() else {
+                self.failed = Some("connection lost".into());
+                return None;
+            };
+            c = back_conn;
+            // A kept job's savepoint is not released: the next job's nests
+            // inside it (one statement per job, not two), and the batch's
+            // COMMIT keeps them all. An abandoned job is undone to its own
+            // savepoint, the innermost of that name, which is then dropped.
+            match outcome {
+                Returned::Release(done) => self.waiters.push(done),
+                Returned::Abandon { opened: false } => {}
+                Returned::Abandon { opened: true } => {
+                    if let Err(e) = c.execute_batch("ROLLBACK TO writ_job; RELEASE writ_job") {
+                        self.failed = Some(e.to_string());
+                        break;
+                    }
                 }
             }
+            if c.is_autocommit() {
+                // SQLite ended the transaction (and every savepoint in it).
+                self.failed = Some("SQLite ended the batch's transaction".into());
+                break;
+            }
+            count += 1;
+            if count >= max_batch || started.elapsed() >= MAX_BATCH_TIME {
+                break;
+            }
+            match self.appends.gather(rx) {
+                Some(Msg::Begin(lease)) => next = Some(lease),
+                Some(Msg::Shutdown(done)) => self.shutdown = Some(done),
+                Some(Msg::Append(..)) | None => {}
+            }
         }
-        count += 1;
-        if count >= MAX_BATCH || started.elapsed() >= MAX_BATCH_TIME {
-            break;
-        }
-        match batch.appends.gather(rx) {
-            Some(Msg::Begin(lease)) => next = Some(lease),
-            Some(Msg::Shutdown(done)) => batch.shutdown = Some(done),
-            Some(Msg::Append(..)) | None => {}
-        }
+        Some(c)
     }
-    batch.conn = Some(c);
-    batch
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqlx::sqlite::SqliteConnectOptions;
+    use crate::store::Tx;
+    use sea_query::{Expr, ExprTrait, Query};
 
-    async fn pool() -> (SqlitePool, std::path::PathBuf) {
+    /// A database file with the table `t (k)`.
+    fn database() -> PathBuf {
         let path = std::env::temp_dir().join(format!("writ-batch-{}.db", rand::random::<u64>()));
-        let options = SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true)
-            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
-        let pool = sqlx::sqlite::SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
-            .await
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (k INTEGER PRIMARY KEY)")
             .unwrap();
-        sqlx::raw_sql("CREATE TABLE t (k INTEGER PRIMARY KEY)")
-            .execute(&pool)
-            .await
-            .unwrap();
-        (pool, path)
+        path
+    }
+
+    fn writer(path: &std::path::Path, records: RecordCommit) -> Writer {
+        Writer::start(WriterConfig {
+            path: path.to_owned(),
+            synchronous: "FULL",
+            records,
+            max_batch: MAX_BATCH,
+        })
+        .unwrap()
+    }
+
+    fn count(path: &std::path::Path, sql: &str) -> i64 {
+        let c = Connection::open(path).unwrap();
+        c.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    fn remove(path: &std::path::Path) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 
     /// Every job that reported a commit (and no other) left its rows `k`
     /// and `1000 + k`; `expected` jobs did.
     async fn assert_kept_exactly_the_committed(
-        pool: &SqlitePool,
+        path: &std::path::Path,
         jobs: Vec<tokio::task::JoinHandle<StoreResult<bool>>>,
         expected: usize,
     ) {
@@ -572,39 +574,40 @@ mod tests {
                 committed.push(k as i64);
             }
         }
-        let rows: Vec<(i64,)> = sqlx::query_as("SELECT k FROM t WHERE k < 1000 ORDER BY k")
-            .fetch_all(pool)
-            .await
+        let c = Connection::open(path).unwrap();
+        let mut stmt = c
+            .prepare("SELECT k FROM t WHERE k < 1000 ORDER BY k")
             .unwrap();
-        let rows: Vec<i64> = rows.into_iter().map(|r| r.0).collect();
+        let rows: Vec<i64> = stmt
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
         assert_eq!(rows, committed);
-        let pairs: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM t WHERE k >= 1000")
-            .fetch_one(pool)
-            .await
-            .unwrap();
-        assert_eq!(pairs.0 as usize, committed.len());
+        let pairs = count(path, "SELECT COUNT(*) FROM t WHERE k >= 1000");
+        assert_eq!(pairs as usize, committed.len());
         assert_eq!(committed.len(), expected);
     }
 
-    async fn insert(tx: &mut BatchTx, k: i64) -> StoreResult<()> {
-        sqlx::query("INSERT INTO t (k) VALUES (?)")
-            .bind(k)
-            .execute(tx.conn().await?)
-            .await
-            .map(|_| ())
+    fn row(k: i64) -> sea_query::InsertStatement {
+        Query::insert()
+            .into_table("t")
+            .columns(["k"])
+            .values_panic([k.into()])
+            .to_owned()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn each_job_is_atomic_and_isolated_from_the_others_failures() {
-        let (pool, path) = pool().await;
-        let writer = Writer::start(pool.clone(), RecordCommit::Durable);
+        let path = database();
+        let writer = writer(&path, RecordCommit::Durable);
         let mut jobs = Vec::new();
         for k in 0..200i64 {
             let writer = writer.clone();
             jobs.push(tokio::spawn(async move {
-                let mut tx = writer.begin().await?;
-                insert(&mut tx, k).await?;
-                insert(&mut tx, 1000 + k).await?;
+                let mut tx = Tx::Batch(writer.begin().await?);
+                tx.execute(&row(k)).await?;
+                tx.execute(&row(1000 + k)).await?;
                 match k % 4 {
                     // Abandoned after writing: both rows must vanish.
                     0 => {
@@ -613,38 +616,32 @@ mod tests {
                     }
                     // A failing statement (duplicate key) after a good one.
                     1 => {
-                        let failed = insert(&mut tx, k).await;
-                        assert!(failed.is_err());
-                        tx.rollback();
+                        let failed = tx.execute(&row(k)).await;
+                        assert!(
+                            failed
+                                .as_ref()
+                                .is_err_and(crate::store::is_unique_violation)
+                        );
+                        tx.rollback().await?;
                         Ok(false)
                     }
                     _ => tx.commit().await.map(|()| true),
                 }
             }));
         }
-        assert_kept_exactly_the_committed(&pool, jobs, 100).await;
+        assert_kept_exactly_the_committed(&path, jobs, 100).await;
         writer.shutdown().await;
-        pool.close().await;
-        let _ = std::fs::remove_file(&path);
+        remove(&path);
     }
 
-    /// Jobs whose first statement is a script open their savepoint in it; a
-    /// job that ran nothing opened none. Neither kind of abandoned job may
-    /// undo another job's work (a `ROLLBACK TO` without its own savepoint
-    /// would reach the previous job's).
+    /// A job opens its savepoint with its first statement; a job that ran
+    /// nothing opened none, and abandoning it undoes nothing (a
+    /// `ROLLBACK TO` without its own savepoint would reach the previous
+    /// job's). A job sees its own writes before it commits.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn scripts_open_the_savepoint_and_empty_jobs_undo_nothing() {
-        use crate::store::Tx;
-        use sea_query::{Expr, ExprTrait, Query};
-        let (pool, path) = pool().await;
-        let writer = Writer::start(pool.clone(), RecordCommit::Durable);
-        let row = |k: i64| {
-            Query::insert()
-                .into_table("t")
-                .columns(["k"])
-                .values_panic([k.into()])
-                .to_owned()
-        };
+    async fn empty_jobs_undo_nothing_and_jobs_see_their_writes() {
+        let path = database();
+        let writer = writer(&path, RecordCommit::Durable);
         let mut jobs = Vec::new();
         for k in 0..200i64 {
             let writer = writer.clone();
@@ -656,18 +653,20 @@ mod tests {
                         drop(tx);
                         return Ok(false);
                     }
-                    // The script fails on its second statement (duplicate).
+                    // The first statement fails (the row exists).
                     1 => {
-                        let failed = tx.sqlite_script(&[&row(k), &row(k)]).await;
+                        let failed = tx
+                            .execute(&row(-1 - k))
+                            .await
+                            .and(tx.execute(&row(-1 - k)).await);
                         assert!(failed.is_err());
                         tx.rollback().await?;
                         return Ok(false);
                     }
                     _ => {}
                 }
-                let steps = tx.sqlite_script(&[&row(k), &row(1000 + k)]).await?;
-                assert_eq!(steps.len(), 2, "the savepoint's own step is not returned");
-                assert!(steps.iter().all(|s| s.changed == 1));
+                tx.execute(&row(k)).await?;
+                tx.execute(&row(1000 + k)).await?;
                 if k % 4 == 2 {
                     // Wrote, then abandoned: both rows must vanish.
                     drop(tx);
@@ -683,36 +682,31 @@ mod tests {
                 tx.commit().await.map(|()| true)
             }));
         }
-        assert_kept_exactly_the_committed(&pool, jobs, 50).await;
+        assert_kept_exactly_the_committed(&path, jobs, 50).await;
+        assert_eq!(count(&path, "SELECT COUNT(*) FROM t WHERE k < 0"), 0);
         writer.shutdown().await;
-        pool.close().await;
-        let _ = std::fs::remove_file(&path);
+        remove(&path);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_commit_returns_only_once_durable_and_visible() {
-        let (pool, path) = pool().await;
-        let writer = Writer::start(pool.clone(), RecordCommit::Durable);
+        let path = database();
+        let writer = writer(&path, RecordCommit::Durable);
         for k in 0..20i64 {
-            let mut tx = writer.begin().await.unwrap();
-            insert(&mut tx, k).await.unwrap();
+            let mut tx = Tx::Batch(writer.begin().await.unwrap());
+            tx.execute(&row(k)).await.unwrap();
             tx.commit().await.unwrap();
             // Another connection sees it at once: it was committed, not
             // merely released into an open batch.
-            let seen: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM t WHERE k = ?")
-                .bind(k)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-            assert_eq!(seen.0, 1);
+            let seen = count(&path, &format!("SELECT COUNT(*) FROM t WHERE k = {k}"));
+            assert_eq!(seen, 1);
         }
         writer.shutdown().await;
         assert!(
             writer.begin().await.is_err(),
             "a stopped writer refuses work"
         );
-        pool.close().await;
-        let _ = std::fs::remove_file(&path);
+        remove(&path);
     }
 
     /// Records committed alone at `synchronous = NORMAL` are all kept, and
@@ -720,22 +714,32 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn relaxed_record_commits_restore_full_for_writes() {
         use super::super::audit::NewCall;
-        let path = std::env::temp_dir().join(format!("writ-records-{}.db", rand::random::<u64>()));
-        let options = SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true)
-            .foreign_keys(false)
-            .synchronous(sqlx::sqlite::SqliteSynchronous::Full)
-            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
-        let pool = sqlx::sqlite::SqlitePoolOptions::new()
-            .max_connections(2)
-            .connect_with(options)
-            .await
-            .unwrap();
-        super::super::SQLITE_MIGRATIONS.run(&pool).await.unwrap();
+        let path = database();
+        {
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(&path)
+                .foreign_keys(false);
+            let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(options)
+                .await
+                .unwrap();
+            super::super::SQLITE_MIGRATIONS.run(&pool).await.unwrap();
+            pool.close().await;
+        }
         let records = RecordCommit::for_synchronous("full", false);
         assert_ne!(records, RecordCommit::Durable);
-        let writer = Writer::start(pool.clone(), records);
+        // Records of calls by agent 1, who must exist (foreign keys).
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "INSERT INTO users (id, login, lower_login, kind, is_admin, created_at) \
+                 VALUES (1, 'bot', 'bot', 'bot', 0, '2026-12-01T00:00:00.000000Z'); \
+                 INSERT INTO access_tokens (id, user_id, name, token_hash, scopes, created_at) \
+                 VALUES (1, 1, 't', 'h', '', '2026-12-01T00:00:00.000000Z');",
+            )
+            .unwrap();
+        let writer = writer(&path, records);
         let call = |k: i64| FinishedCall {
             call: NewCall {
                 called_at: format!("2026-12-01T00:00:{:02}.000000Z", k % 60),
@@ -768,18 +772,15 @@ mod tests {
                 a.await.unwrap().unwrap();
             }
             let mut job = writer.begin().await.unwrap();
-            let (level,): (i64,) = sqlx::query_as("PRAGMA synchronous")
-                .fetch_one(job.conn().await.unwrap())
-                .await
+            let level: i64 = job
+                .conn()
+                .unwrap()
+                .query_row("PRAGMA synchronous", [], |r| r.get(0))
                 .unwrap();
             assert_eq!(level, 2, "writes commit at FULL again");
             job.commit().await.unwrap();
         }
-        let (kept,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM tool_calls")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        assert_eq!(kept, 100);
+        assert_eq!(count(&path, "SELECT COUNT(*) FROM tool_calls"), 100);
         assert_eq!(
             RecordCommit::for_synchronous("normal", false),
             RecordCommit::Durable
@@ -789,7 +790,6 @@ mod tests {
             RecordCommit::Durable
         );
         writer.shutdown().await;
-        pool.close().await;
-        let _ = std::fs::remove_file(&path);
+        remove(&path);
     }
 }

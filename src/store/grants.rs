@@ -3,12 +3,11 @@
 use sea_query::{
     Cond, Expr, ExprTrait, IntoCondition, JoinType, LockType, Order, Query, SelectStatement, Value,
 };
-use sqlx::FromRow;
 
 use super::admission::{
     EvaluationInputs, InputRow, inputs_json, inputs_query, parse_inputs, parse_inputs_json,
 };
-use super::repos::{RepoRow, id_by_name, with_collaborator_permission};
+use super::repos::{RepoRow, with_collaborator_permission};
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
 };
@@ -21,7 +20,7 @@ pub struct GrantRow {
     pub repository_id: i64,
     pub repo_owner: String,
     pub repo_name: String,
-    #[serde(deserialize_with = "super::inline::boolean")]
+    #[serde(deserialize_with = "super::sqlite::boolean")]
     pub repo_private: bool,
     pub agent_id: i64,
     pub agent_login: String,
@@ -316,24 +315,16 @@ pub async fn agent_grant_in_repo(
             inputs: Some(inputs),
         }));
     }
-    let inputs = inputs_query(Expr::from(id_by_name(a.owner, a.name)));
-    let mut steps = tx.sqlite_script(&[&select, &inputs]).await?;
-    let Some(row) = steps.first().and_then(|s| s.rows.first()) else {
+    // On SQLite the inputs are a second statement (no round trip: it runs
+    // where it is asked for, see store::sqlite).
+    let Some(found) = tx.fetch_optional::<AgentGrantRow>(&select).await? else {
         return Ok(None);
     };
-    let found = AgentGrantRow::from_row(row)?;
-    let rows = steps
-        .get_mut(1)
-        .map(|step| std::mem::take(&mut step.rows))
-        .unwrap_or_default();
-    let inputs = parse_inputs(
-        rows.iter()
-            .map(InputRow::from_row)
-            .collect::<StoreResult<Vec<_>>>()?,
-    )?;
+    let repository = Expr::val(found.grant.repository_id);
+    let rows = tx.fetch_all::<InputRow>(&inputs_query(repository)).await?;
     Ok(Some(Found {
         found,
-        inputs: Some(inputs),
+        inputs: Some(parse_inputs(rows)?),
     }))
 }
 

@@ -4,12 +4,11 @@ use sea_query::{
     BinOper, CommonTableExpression, Expr, ExprTrait, InsertStatement, JoinType, Order, Query,
     SelectStatement, SubQueryStatement, UpdateStatement, WithClause,
 };
-use sqlx::Row;
 
 use super::admission::{NewEvaluation, evaluation_insert};
 use super::audit::{CallEnd, CallEndStatement, Outcome};
 use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions, Users};
-use super::{Backend, SqliteStatement, StoreResult, Tx};
+use super::{Backend, StoreResult, Tx};
 
 /// Allocates the next per-repository issue index (never reused: the counter
 /// only grows, also across deletions and transfers).
@@ -463,8 +462,10 @@ async fn hand_off_postgres(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOf
 }
 
 async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff> {
-    let evaluation = evaluation_insert(&h.evaluation);
-    let index = bump_index(h.repository_id);
+    // Each statement runs on the writer's connection where it is asked for
+    // (store::sqlite): one after the other costs no hand-off.
+    let (evaluation_id,): (i64,) = tx.fetch_one(&evaluation_insert(&h.evaluation)).await?;
+    tx.execute(&bump_index(h.repository_id)).await?;
     let issue = issue_from(
         h,
         Expr::col(Repositories::NextIssueIndex).sub(1),
@@ -473,52 +474,26 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
             .and_where(Expr::col(Repositories::Id).eq(h.repository_id))
             .to_owned(),
     );
-    // The script's issue is the connection's last inserted row; its
-    // evaluation the grant's newest (the grant row is locked and SQLite
-    // has one writer).
-    let newest_evaluation = Query::select()
-        .expr(Expr::col(AdmissionEvaluations::Id).max())
-        .from(AdmissionEvaluations::Table)
-        .and_where(Expr::col(AdmissionEvaluations::GrantId).eq(h.evaluation.grant_id))
-        .to_owned();
+    let (issue_id, issue_index): (i64, i64) = tx.fetch_one(&issue).await?;
     let receipt = receipt_from(
         h,
-        (
-            Expr::col((Issues::Table, Issues::Id)),
-            Expr::col((Issues::Table, Issues::IssueIndex)),
-        ),
-        newest_evaluation.into(),
-        Query::select()
-            .from(Issues::Table)
-            .and_where(Expr::col((Issues::Table, Issues::Id)).eq(Expr::cust("last_insert_rowid()")))
-            .to_owned(),
+        (Expr::val(issue_id), Expr::val(issue_index)),
+        Expr::val(evaluation_id),
+        Query::select().to_owned(),
     );
-    let counter = bump_counter(h);
-    // Last: the receipt above reads the issue as the last inserted row.
-    let completion = h
-        .audit
-        .map(|(end, outcome)| CallEndStatement::new(end, outcome));
-    let mut statements: Vec<&(dyn SqliteStatement + Sync)> =
-        vec![&evaluation, &index, &issue, &receipt, &counter];
-    if let Some(completion) = &completion {
-        statements.push(completion.as_sqlite());
+    let (submission_id,): (i64,) = tx.fetch_one(&receipt).await?;
+    if tx.execute(&bump_counter(h)).await? != 1 {
+        return Err(sqlx::Error::RowNotFound);
     }
-    let steps = tx.sqlite_script(&statements).await?;
-    let first = |step: usize, col: usize| -> StoreResult<i64> {
-        let row = steps
-            .get(step)
-            .and_then(|s| s.rows.first())
-            .ok_or(sqlx::Error::RowNotFound)?;
-        row.try_get(col)
-    };
-    let changed = |step: usize| steps.get(step).map_or(0, |s| s.changed);
-    if changed(4) != 1 || (completion.is_some() && changed(5) != 1) {
+    if let Some((end, outcome)) = h.audit
+        && !CallEndStatement::new(end, outcome).run(tx).await?
+    {
         return Err(sqlx::Error::RowNotFound);
     }
     Ok(HandedOff {
-        evaluation_id: first(0, 0)?,
-        issue_id: first(2, 0)?,
-        issue_index: first(2, 1)?,
-        submission_id: first(3, 0)?,
+        evaluation_id,
+        issue_id,
+        issue_index,
+        submission_id,
     })
 }

@@ -15,6 +15,7 @@ pub mod reports;
 pub mod repos;
 pub mod schema;
 pub mod sessions;
+pub mod sqlite;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, FromRow, PgPool, Postgres, Sqlite, SqlitePool, Transaction};
+use sqlx::{AssertSqlSafe, FromRow, PgPool, Postgres, SqlitePool, Transaction};
 
 use crate::config::Config;
 
@@ -52,10 +53,11 @@ pub enum Backend {
 /// A connection pool to one of the two engines.
 #[derive(Clone, Debug)]
 pub enum Store {
-    /// SQLite (WAL, foreign keys, busy timeout, `BEGIN IMMEDIATE` writes),
-    /// with the group-commit writer when it is on, and the connections that
-    /// read inline ([`inline`]).
-    Sqlite(SqlitePool, Option<batch::Writer>, Arc<inline::Readers>),
+    /// SQLite (WAL, foreign keys, busy timeout): sqlx's pool for the
+    /// migrations and the report streams, the writer every write goes
+    /// through ([`batch`]), and the connections that read inline
+    /// ([`inline`]); statements run through rusqlite ([`sqlite`]).
+    Sqlite(SqlitePool, batch::Writer, Arc<inline::Readers>),
     /// PostgreSQL (row locks and constraints guard every invariant).
     Postgres(PgPool),
 }
@@ -125,14 +127,26 @@ impl Store {
                 .max_connections(Ord::max(config.max_connections, 3))
                 .connect_with(options)
                 .await?;
-            let readers = inline::Readers::open(&options_path(&pool))?;
-            let records = batch::RecordCommit::for_synchronous(
-                &config.sqlite_synchronous.to_ascii_lowercase(),
-                config.sqlite_durable_read_records,
-            );
-            let writer = config
-                .sqlite_group_commit
-                .then(|| batch::Writer::start(pool.clone(), records));
+            let path = pool.connect_options().get_filename().to_owned();
+            let readers = inline::Readers::open(&path)?;
+            let level = config.sqlite_synchronous.to_ascii_lowercase();
+            let writer = batch::Writer::start(batch::WriterConfig {
+                path,
+                synchronous: match synchronous {
+                    SqliteSynchronous::Normal => "NORMAL",
+                    SqliteSynchronous::Extra => "EXTRA",
+                    _ => "FULL",
+                },
+                records: batch::RecordCommit::for_synchronous(
+                    &level,
+                    config.sqlite_durable_read_records,
+                ),
+                max_batch: if config.sqlite_group_commit {
+                    batch::MAX_BATCH
+                } else {
+                    1
+                },
+            })?;
             Ok(Store::Sqlite(pool, writer, readers))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let options = PgConnectOptions::from_str(url)?;
@@ -186,14 +200,12 @@ impl Store {
         }
     }
 
-    /// Begins a write transaction: `BEGIN IMMEDIATE` on SQLite, so the write
-    /// lock is taken up front and the read-decide-write inside is serialized;
-    /// with group commit, a savepoint in the writer's open batch (see
-    /// [`batch`]).
+    /// Begins a write transaction: on SQLite a savepoint in the writer's
+    /// open `BEGIN IMMEDIATE` batch (see [`batch`]), so the write lock is
+    /// held and the read-decide-write inside is serialized.
     pub async fn write(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(_, Some(writer), _) => Tx::Batch(writer.begin().await?),
-            Store::Sqlite(pool, None, _) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+            Store::Sqlite(_, writer, _) => Tx::Batch(writer.begin().await?),
             Store::Postgres(pool) => Tx::Postgres(pool.begin().await?),
         })
     }
@@ -237,9 +249,7 @@ impl Store {
     pub async fn close(&self) {
         match self {
             Store::Sqlite(pool, writer, readers) => {
-                if let Some(writer) = writer {
-                    writer.shutdown().await;
-                }
+                writer.shutdown().await;
                 readers.close();
                 pool.close().await
             }
@@ -250,62 +260,34 @@ impl Store {
 
 /// An open transaction on either backend.
 pub enum Tx {
-    /// SQLite transaction.
-    Sqlite(Transaction<'static, Sqlite>),
     /// SQLite write transaction inside a group-commit batch.
     Batch(batch::BatchTx),
-    /// PostgreSQL transaction.
-    Postgres(Transaction<'static, Postgres>),
-    /// A SQLite connection of the pool outside a transaction (each statement
-    /// commits on its own).
-    SqliteSingle(PoolConnection<Sqlite>),
     /// A SQLite read connection, run inline, in a read transaction or not
     /// ([`Store::read`], [`Store::single`]).
     Inline(inline::ReadConn),
+    /// PostgreSQL transaction.
+    Postgres(Transaction<'static, Postgres>),
     /// A PostgreSQL connection outside a transaction.
     PostgresSingle(PoolConnection<Postgres>),
-}
-
-macro_rules! dispatch {
-    ($self:ident, $q:ident, |$conn:ident, $sql:ident, $values:ident| $body:expr) => {
-        match $self {
-            Tx::Sqlite(tx) => {
-                let ($sql, $values) = $q.build_sqlx(SqliteQueryBuilder);
-                let $conn = &mut **tx;
-                $body
-            }
-            Tx::Batch(tx) => {
-                let ($sql, $values) = $q.build_sqlx(SqliteQueryBuilder);
-                let $conn = tx.conn().await?;
-                $body
-            }
-            Tx::Postgres(tx) => {
-                let ($sql, $values) = $q.build_sqlx(PostgresQueryBuilder);
-                let $conn = &mut **tx;
-                $body
-            }
-            Tx::SqliteSingle(c) => {
-                let ($sql, $values) = $q.build_sqlx(SqliteQueryBuilder);
-                let $conn = &mut **c;
-                $body
-            }
-            Tx::Inline(_) => unreachable!("inline reads are answered before dispatch"),
-            Tx::PostgresSingle(c) => {
-                let ($sql, $values) = $q.build_sqlx(PostgresQueryBuilder);
-                let $conn = &mut **c;
-                $body
-            }
-        }
-    };
 }
 
 impl Tx {
     /// The engine of this transaction.
     pub fn backend(&self) -> Backend {
         match self {
-            Tx::Sqlite(_) | Tx::Batch(_) | Tx::SqliteSingle(_) | Tx::Inline(_) => Backend::Sqlite,
+            Tx::Batch(_) | Tx::Inline(_) => Backend::Sqlite,
             Tx::Postgres(_) | Tx::PostgresSingle(_) => Backend::Postgres,
         }
+    }
+
+    /// The SQLite connection, or the PostgreSQL one.
+    fn conn(&mut self) -> StoreResult<Result<&rusqlite::Connection, &mut sqlx::PgConnection>> {
+        Ok(match self {
+            Tx::Batch(tx) => Ok(tx.conn()?),
+            Tx::Inline(c) => Ok(c.conn()),
+            Tx::Postgres(tx) => Err(&mut **tx),
+            Tx::PostgresSingle(c) => Err(&mut **c),
+        })
     }
 
     /// Runs a query expected to return at most one row.
@@ -313,181 +295,86 @@ impl Tx {
         &mut self,
         q: &impl SqlxBinder,
     ) -> StoreResult<Option<T>> {
-        if let Tx::Inline(c) = self {
-            let (sql, values) = inline_sql(q);
-            return c.fetch_optional(&sql, &values);
-        }
-        dispatch!(self, q, |conn, sql, values| {
-            sqlx::query_as_with(AssertSqlSafe(sql), values)
-                .fetch_optional(conn)
-                .await
-        })
+        let pg = match self.conn()? {
+            Ok(c) => {
+                let (sql, values) = sqlite_sql(q);
+                return Ok(sqlite::rows(c, &sql, &values, Some(1))?.pop());
+            }
+            Err(pg) => pg,
+        };
+        let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
+        sqlx::query_as_with(AssertSqlSafe(sql), values)
+            .fetch_optional(pg)
+            .await
     }
 
     /// Runs a query expected to return exactly one row.
     pub async fn fetch_one<T: BothRows>(&mut self, q: &impl SqlxBinder) -> StoreResult<T> {
-        if let Tx::Inline(c) = self {
-            let (sql, values) = inline_sql(q);
-            return c.fetch_one(&sql, &values);
-        }
-        dispatch!(self, q, |conn, sql, values| {
-            sqlx::query_as_with(AssertSqlSafe(sql), values)
-                .fetch_one(conn)
-                .await
-        })
+        self.fetch_optional(q).await?.ok_or(StoreError::RowNotFound)
     }
 
     /// Runs a query and collects every row.
     pub async fn fetch_all<T: BothRows>(&mut self, q: &impl SqlxBinder) -> StoreResult<Vec<T>> {
-        if let Tx::Inline(c) = self {
-            let (sql, values) = inline_sql(q);
-            return c.fetch_all(&sql, &values);
-        }
-        dispatch!(self, q, |conn, sql, values| {
-            sqlx::query_as_with(AssertSqlSafe(sql), values)
-                .fetch_all(conn)
-                .await
-        })
+        let pg = match self.conn()? {
+            Ok(c) => {
+                let (sql, values) = sqlite_sql(q);
+                return sqlite::rows(c, &sql, &values, None);
+            }
+            Err(pg) => pg,
+        };
+        let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
+        sqlx::query_as_with(AssertSqlSafe(sql), values)
+            .fetch_all(pg)
+            .await
     }
 
     /// Runs a statement and returns the number of rows it touched.
     pub async fn execute(&mut self, q: &impl SqlxBinder) -> StoreResult<u64> {
         if let Tx::Inline(_) = self {
-            return Err(read_only());
+            return Err(inline::read_only());
         }
-        dispatch!(self, q, |conn, sql, values| {
-            Ok(sqlx::query_with(AssertSqlSafe(sql), values)
-                .execute(conn)
-                .await?
-                .rows_affected())
-        })
-    }
-
-    /// SQLite only: runs `statements` as one script, in one call to the
-    /// connection's worker thread (sqlx runs each SQLite call there, and a
-    /// hand-off costs more than a small statement). Returns each
-    /// statement's rows and changed-row count, in order. Parameters are the
-    /// anonymous `?` of each statement, bound in order across the script.
-    /// Stops at the first failing statement, whose error is returned.
-    pub async fn sqlite_script(
-        &mut self,
-        statements: &[&(dyn SqliteStatement + Sync)],
-    ) -> StoreResult<Vec<ScriptStep>> {
-        use futures_util::TryStreamExt;
-        let (conn, open_savepoint): (&mut sqlx::SqliteConnection, bool) = match self {
-            Tx::Sqlite(tx) => (tx, false),
-            Tx::Batch(tx) => tx.script_conn(),
-            Tx::SqliteSingle(c) => (c, false),
-            Tx::Inline(_) => return Err(read_only()),
-            Tx::Postgres(_) | Tx::PostgresSingle(_) => {
-                return Err(sqlx::Error::Protocol(
-                    "a SQLite script on PostgreSQL".into(),
-                ));
+        let pg = match self.conn()? {
+            Ok(c) => {
+                let (sql, values) = sqlite_sql(q);
+                return sqlite::execute(c, &sql, &values);
             }
+            Err(pg) => pg,
         };
-        let mut sql = String::new();
-        let mut values = Vec::new();
-        if open_savepoint {
-            sql.push_str(batch::SAVEPOINT);
-            sql.push_str(";\n");
-        }
-        for statement in statements {
-            let (text, sea_query::Values(mut v)) = statement.build_sqlite();
-            sql.push_str(&text);
-            sql.push_str(";\n");
-            values.append(&mut v);
-        }
-        #[allow(deprecated)] // the multi-statement query is SQLite's, kept by sqlx
-        let mut stream = sqlx::query_with(
-            AssertSqlSafe(sql),
-            sea_query_sqlx::SqlxValues(sea_query::Values(values)),
-        )
-        .fetch_many(conn);
-        let mut steps = Vec::with_capacity(statements.len() + 1);
-        let mut rows = Vec::new();
-        let ended = loop {
-            match stream.try_next().await {
-                Ok(Some(sqlx::Either::Right(row))) => rows.push(row),
-                Ok(Some(sqlx::Either::Left(done))) => steps.push(ScriptStep {
-                    rows: std::mem::take(&mut rows),
-                    changed: done.rows_affected(),
-                }),
-                Ok(None) => break Ok(()),
-                Err(e) => break Err(e),
-            }
-        };
-        drop(stream);
-        if open_savepoint {
-            if let Tx::Batch(tx) = self {
-                tx.script_ran(steps.len());
-            }
-            if !steps.is_empty() {
-                steps.remove(0);
-            }
-        }
-        ended.map(|()| steps)
+        let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
+        Ok(sqlx::query_with(AssertSqlSafe(sql), values)
+            .execute(pg)
+            .await?
+            .rows_affected())
     }
 
     /// Commits; only after this returns may a 2xx be sent.
     pub async fn commit(self) -> StoreResult<()> {
         match self {
-            Tx::Sqlite(tx) => tx.commit().await,
             Tx::Batch(tx) => tx.commit().await,
-            Tx::Postgres(tx) => tx.commit().await,
             Tx::Inline(c) => c.commit(),
-            Tx::SqliteSingle(_) | Tx::PostgresSingle(_) => Ok(()),
+            Tx::Postgres(tx) => tx.commit().await,
+            Tx::PostgresSingle(_) => Ok(()),
         }
     }
 
     /// Rolls back explicitly (dropping a `Tx` also rolls back).
     pub async fn rollback(self) -> StoreResult<()> {
         match self {
-            Tx::Sqlite(tx) => tx.rollback().await,
             Tx::Batch(tx) => {
                 tx.rollback();
                 Ok(())
             }
             Tx::Postgres(tx) => tx.rollback().await,
-            Tx::Inline(_) | Tx::SqliteSingle(_) | Tx::PostgresSingle(_) => Ok(()),
+            Tx::Inline(_) | Tx::PostgresSingle(_) => Ok(()),
         }
     }
 }
 
-/// A statement that can be part of a [`Tx::sqlite_script`].
-pub trait SqliteStatement {
-    /// The statement rendered for SQLite, with its values.
-    fn build_sqlite(&self) -> (String, sea_query::Values);
-}
-
-impl<T: sea_query::QueryStatementWriter> SqliteStatement for T {
-    fn build_sqlite(&self) -> (String, sea_query::Values) {
-        self.build(SqliteQueryBuilder)
-    }
-}
-
-/// One statement's result in a [`Tx::sqlite_script`].
-#[derive(Debug)]
-pub struct ScriptStep {
-    /// The rows it returned (`RETURNING`).
-    pub rows: Vec<SqliteRow>,
-    /// The rows it changed.
-    pub changed: u64,
-}
-
-/// A statement rendered for SQLite with its values, for an inline read.
-fn inline_sql(q: &impl SqlxBinder) -> (String, Vec<sea_query::Value>) {
+/// A statement rendered for SQLite with its values.
+fn sqlite_sql(q: &impl SqlxBinder) -> (String, Vec<sea_query::Value>) {
     let (sql, sea_query_sqlx::SqlxValues(sea_query::Values(values))) =
         q.build_sqlx(SqliteQueryBuilder);
     (sql, values)
-}
-
-fn read_only() -> StoreError {
-    sqlx::Error::Protocol("a write on a read connection".into())
-}
-
-/// The file of a SQLite pool's database.
-fn options_path(pool: &SqlitePool) -> std::path::PathBuf {
-    pool.connect_options().get_filename().to_owned()
 }
 
 /// True when `err` is a unique-constraint violation.

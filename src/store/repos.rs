@@ -17,10 +17,10 @@ pub struct RepoRow {
     /// Name as created.
     pub name: String,
     /// Private repositories are readable only by owner and collaborators.
-    #[serde(deserialize_with = "super::inline::boolean")]
+    #[serde(deserialize_with = "super::sqlite::boolean")]
     pub private: bool,
     /// The approver of a grant must not be its issuer.
-    #[serde(deserialize_with = "super::inline::boolean")]
+    #[serde(deserialize_with = "super::sqlite::boolean")]
     pub require_distinct_approver: bool,
     /// Creation time.
     pub created_at: String,
@@ -47,24 +47,6 @@ fn select_repo() -> SelectStatement {
             Users::Table,
             Expr::col((Users::Table, Users::Id))
                 .equals((Repositories::Table, Repositories::OwnerId)),
-        )
-        .to_owned()
-}
-
-/// The id of the repository `owner/name` (case-insensitively), as a
-/// subquery.
-pub(super) fn id_by_name(owner: &str, name: &str) -> SelectStatement {
-    Query::select()
-        .column((Repositories::Table, Repositories::Id))
-        .from(Repositories::Table)
-        .inner_join(
-            Users::Table,
-            Expr::col((Users::Table, Users::Id))
-                .equals((Repositories::Table, Repositories::OwnerId)),
-        )
-        .and_where(Expr::col((Users::Table, Users::LowerLogin)).eq(owner.to_ascii_lowercase()))
-        .and_where(
-            Expr::col((Repositories::Table, Repositories::LowerName)).eq(name.to_ascii_lowercase()),
         )
         .to_owned()
 }

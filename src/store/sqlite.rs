@@ -1,0 +1,257 @@
+//! SQLite statements run where they are asked for, through rusqlite.
+//!
+//! sqlx runs every SQLite call on a worker thread of its connection and
+//! hands each statement, each row and each result across threads; on this
+//! class of machine that cost ~65 µs of CPU per statement (and ~110 µs per
+//! small commit), against ~6 µs for the same statement run on the calling
+//! thread (docs/performance.md, "SQLite on rusqlite"). So on SQLite the
+//! store runs its statements through rusqlite: reads on the read-only
+//! connections of [`super::inline`], writes on the group-commit writer's
+//! connection ([`super::batch`]), which lends it to one transaction at a
+//! time and commits on a thread of its own. sqlx keeps SQLite's migrations
+//! and the report streams.
+//!
+//! Both crates link the one `libsqlite3-sys` of the build (rusqlite 0.39
+//! and sqlx 0.9 both use 0.37), so the process has one SQLite library and
+//! its POSIX locks see each other. Statements are built by sea-query as
+//! everywhere else, cached prepared per connection, and rows decode by
+//! column name through serde (`serde_rusqlite`), the names `sqlx::FromRow`
+//! reads on the other paths.
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::types::{ToSqlOutput, Value as Sql};
+use rusqlite::{Connection, ErrorCode, OpenFlags, ToSql};
+use sea_query::Value;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use sqlx::error::{DatabaseError, ErrorKind};
+
+use super::{StoreError, StoreResult};
+
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE: usize = 64;
+
+/// How a connection is opened.
+#[derive(Debug, Clone, Copy)]
+pub enum Role {
+    /// Read-only, `query_only`; waits at most `busy` for a lock.
+    Read {
+        /// The busy timeout (a reader in WAL mode waits only in rare
+        /// moments, e.g. the WAL index rebuilt after a crash).
+        busy: Duration,
+    },
+    /// The writer: foreign keys on, `synchronous` as configured, and a
+    /// long busy timeout (another process, `writ admin`, may hold the lock).
+    Write {
+        /// `PRAGMA synchronous` value (`FULL`, `NORMAL`, `EXTRA`).
+        synchronous: &'static str,
+    },
+}
+
+/// Opens a connection to the database file `path` (it exists and is in
+/// WAL mode: sqlx created and migrated it).
+pub fn open(path: &Path, role: Role) -> StoreResult<Connection> {
+    let flags = match role {
+        Role::Read { .. } => OpenFlags::SQLITE_OPEN_READ_ONLY,
+        Role::Write { .. } => OpenFlags::SQLITE_OPEN_READ_WRITE,
+    } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(error)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    match role {
+        Role::Read { busy } => {
+            conn.busy_timeout(busy).map_err(error)?;
+            conn.execute_batch("PRAGMA query_only = ON")
+                .map_err(error)?;
+        }
+        Role::Write { synchronous } => {
+            conn.busy_timeout(Duration::from_secs(10)).map_err(error)?;
+            conn.execute_batch(&format!(
+                "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; \
+                 PRAGMA synchronous = {synchronous}"
+            ))
+            .map_err(error)?;
+        }
+    }
+    Ok(conn)
+}
+
+/// Runs `sql` with `values` on `conn` and decodes every row (at most
+/// `limit`).
+pub fn rows<T: DeserializeOwned>(
+    conn: &Connection,
+    sql: &str,
+    values: &[Value],
+    limit: Option<usize>,
+) -> StoreResult<Vec<T>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(error)?;
+    let columns = serde_rusqlite::columns_from_statement(&stmt);
+    let mut rows = stmt
+        .query(rusqlite::params_from_iter(values.iter().map(Bind)))
+        .map_err(error)?;
+    let mut out = Vec::new();
+    while limit.is_none_or(|l| out.len() < l) {
+        let Some(row) = rows.next().map_err(error)? else {
+            break;
+        };
+        let decoded = serde_rusqlite::from_row_with_columns::<T>(row, &columns)
+            .map_err(|e| StoreError::Decode(Box::new(e)))?;
+        out.push(decoded);
+    }
+    Ok(out)
+}
+
+/// Runs a statement that returns no rows; the rows it changed.
+pub fn execute(conn: &Connection, sql: &str, values: &[Value]) -> StoreResult<u64> {
+    let mut stmt = conn.prepare_cached(sql).map_err(error)?;
+    let changed = stmt
+        .execute(rusqlite::params_from_iter(values.iter().map(Bind)))
+        .map_err(error)?;
+    Ok(changed as u64)
+}
+
+/// Runs fixed SQL text (transaction control, pragmas).
+pub fn batch(conn: &Connection, sql: &str) -> StoreResult<()> {
+    conn.execute_batch(sql).map_err(error)
+}
+
+/// A rusqlite error as the store's error type: a failure reported by
+/// SQLite becomes a database error that tells its kind (a unique violation
+/// is what the replay path looks for), anything else a protocol error.
+pub fn error(e: rusqlite::Error) -> StoreError {
+    match e {
+        rusqlite::Error::SqliteFailure(failure, message) => {
+            StoreError::Database(Box::new(SqliteFailure {
+                extended: failure.extended_code,
+                kind: kind(failure),
+                message: message.unwrap_or_else(|| failure.to_string()),
+            }))
+        }
+        rusqlite::Error::QueryReturnedNoRows => StoreError::RowNotFound,
+        other => StoreError::Protocol(format!("SQLite: {other}")),
+    }
+}
+
+fn kind(failure: rusqlite::ffi::Error) -> ErrorKind {
+    use rusqlite::ffi;
+    if failure.code != ErrorCode::ConstraintViolation {
+        return ErrorKind::Other;
+    }
+    match failure.extended_code {
+        ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
+            ErrorKind::UniqueViolation
+        }
+        ffi::SQLITE_CONSTRAINT_FOREIGNKEY => ErrorKind::ForeignKeyViolation,
+        ffi::SQLITE_CONSTRAINT_NOTNULL => ErrorKind::NotNullViolation,
+        ffi::SQLITE_CONSTRAINT_CHECK => ErrorKind::CheckViolation,
+        _ => ErrorKind::Other,
+    }
+}
+
+/// An error SQLite reported, as sqlx's database error.
+#[derive(Debug)]
+struct SqliteFailure {
+    extended: i32,
+    kind: ErrorKind,
+    message: String,
+}
+
+impl std::fmt::Display for SqliteFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for SqliteFailure {}
+
+impl DatabaseError for SqliteFailure {
+    fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn code(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Owned(self.extended.to_string()))
+    }
+
+    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self
+    }
+
+    fn kind(&self) -> ErrorKind {
+        match &self.kind {
+            ErrorKind::UniqueViolation => ErrorKind::UniqueViolation,
+            ErrorKind::ForeignKeyViolation => ErrorKind::ForeignKeyViolation,
+            ErrorKind::NotNullViolation => ErrorKind::NotNullViolation,
+            ErrorKind::CheckViolation => ErrorKind::CheckViolation,
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
+/// A sea-query value bound as rusqlite binds it (the conversions sqlx's
+/// SQLite binding makes through `sea-query-sqlx`). `sea-query-rusqlite`
+/// would do this, but it is built for rusqlite 0.38, whose
+/// `libsqlite3-sys` cannot be linked next to sqlx 0.9's.
+struct Bind<'a>(&'a Value);
+
+impl ToSql for Bind<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        let value = match self.0 {
+            Value::Bool(v) => v.map(|b| Sql::Integer(b.into())),
+            Value::TinyInt(v) => v.map(|i| Sql::Integer(i.into())),
+            Value::SmallInt(v) => v.map(|i| Sql::Integer(i.into())),
+            Value::Int(v) => v.map(|i| Sql::Integer(i.into())),
+            Value::BigInt(v) => v.map(Sql::Integer),
+            Value::TinyUnsigned(v) => v.map(|i| Sql::Integer(i.into())),
+            Value::SmallUnsigned(v) => v.map(|i| Sql::Integer(i.into())),
+            Value::Unsigned(v) => v.map(|i| Sql::Integer(i.into())),
+            Value::BigUnsigned(v) => match v {
+                Some(u) => {
+                    Some(Sql::Integer(i64::try_from(*u).map_err(|e| {
+                        rusqlite::Error::ToSqlConversionFailure(Box::new(e))
+                    })?))
+                }
+                None => None,
+            },
+            Value::Float(v) => v.map(|f| Sql::Real(f.into())),
+            Value::Double(v) => v.map(Sql::Real),
+            Value::String(Some(s)) => return Ok(ToSqlOutput::from(s.as_str())),
+            Value::String(None) => None,
+            Value::Char(v) => v.map(|c| Sql::Text(c.to_string())),
+            Value::Bytes(Some(b)) => return Ok(ToSqlOutput::from(b.as_slice())),
+            Value::Bytes(None) => None,
+            other => {
+                return Err(rusqlite::Error::ToSqlConversionFailure(
+                    format!("no SQLite binding for {other:?}").into(),
+                ));
+            }
+        };
+        Ok(ToSqlOutput::Owned(value.unwrap_or(Sql::Null)))
+    }
+}
+
+/// Reads an SQLite boolean (an integer, 0 or not) where serde meets it as
+/// an integer: a field of a `#[serde(flatten)]`ed row, which serde buffers
+/// before it knows the field's type.
+pub fn boolean<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Bool(bool),
+        Int(i64),
+    }
+    Ok(match Stored::deserialize(d)? {
+        Stored::Bool(b) => b,
+        Stored::Int(i) => i != 0,
+    })
+}
