@@ -41,7 +41,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
-use tokio::sync::{mpsc, oneshot};
+use std::sync::mpsc;
+
+use tokio::sync::oneshot;
 
 use super::audit::{FinishedCall, record_insert_sqlite, record_values};
 use super::sqlite::{self, Role};
@@ -53,6 +55,14 @@ pub const MAX_BATCH: usize = 64;
 pub const MAX_BATCH_TIME: Duration = Duration::from_millis(10);
 /// Most records gathered into one commit.
 pub const MAX_APPEND: usize = 256;
+/// Records alone are committed at once from this many on (see
+/// [`Appends::linger`]).
+const LINGER_UNTIL: usize = 8;
+/// How long the writer waits for one more record before it commits the
+/// ones it has.
+const LINGER_STEP: Duration = Duration::from_micros(50);
+/// The longest the writer waits for more records.
+const LINGER_MAX: Duration = Duration::from_micros(300);
 
 /// How a transaction holding only records of calls that changed nothing is
 /// committed (see the module's doc).
@@ -121,7 +131,7 @@ const SAVEPOINT: &str = "SAVEPOINT writ_job";
 /// The handle to the writer thread of one SQLite file.
 #[derive(Clone, Debug)]
 pub struct Writer {
-    tx: mpsc::UnboundedSender<Msg>,
+    tx: mpsc::Sender<Msg>,
 }
 
 /// One caller's transaction inside a batch: a savepoint on the writer's
@@ -195,7 +205,7 @@ impl Writer {
     /// Opens the write connection and starts the writer's thread.
     pub fn start(config: WriterConfig) -> StoreResult<Writer> {
         let conn = open(&config)?;
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("writ-sqlite-writer".into())
             .spawn(move || run(config, conn, rx))
@@ -239,16 +249,16 @@ fn open(config: &WriterConfig) -> StoreResult<Connection> {
 }
 
 /// The writer's loop, on its own thread.
-fn run(config: WriterConfig, conn: Connection, mut rx: mpsc::UnboundedReceiver<Msg>) {
+fn run(config: WriterConfig, conn: Connection, rx: mpsc::Receiver<Msg>) {
     let mut conn = Some(conn);
     // A message taken off the queue while gathering records, handled next.
     let mut carried: Option<Msg> = None;
     loop {
         let msg = match carried.take() {
             Some(msg) => msg,
-            None => match rx.blocking_recv() {
-                Some(msg) => msg,
-                None => return,
+            None => match rx.recv() {
+                Ok(msg) => msg,
+                Err(_) => return,
             },
         };
         let c = match conn.take().map_or_else(|| open(&config), Ok) {
@@ -262,11 +272,26 @@ fn run(config: WriterConfig, conn: Connection, mut rx: mpsc::UnboundedReceiver<M
             Msg::Append(call, done) => {
                 let mut appends = Appends::default();
                 appends.push(call, done);
-                carried = appends.gather(&mut rx);
-                conn = appends.commit_alone(c, config.records);
+                carried = appends.linger(&rx);
+                match carried.take() {
+                    // A job came: the records join its batch.
+                    Some(Msg::Begin(first)) => {
+                        let (c, shutdown) = run_batch(c, first, appends, &rx, config.max_batch);
+                        conn = c;
+                        if let Some(done) = shutdown {
+                            drop(conn.take());
+                            let _ = done.send(());
+                            return;
+                        }
+                    }
+                    other => {
+                        carried = other;
+                        conn = appends.commit_alone(c, config.records);
+                    }
+                }
             }
             Msg::Begin(first) => {
-                let (c, shutdown) = run_batch(c, first, &mut rx, config.max_batch);
+                let (c, shutdown) = run_batch(c, first, Appends::default(), &rx, config.max_batch);
                 conn = c;
                 if let Some(done) = shutdown {
                     drop(conn.take());
@@ -326,7 +351,7 @@ impl Appends {
 
     /// Takes every record queued now, up to [`MAX_APPEND`]; returns the
     /// first other message it took off the queue.
-    fn gather(&mut self, rx: &mut mpsc::UnboundedReceiver<Msg>) -> Option<Msg> {
+    fn gather(&mut self, rx: &mpsc::Receiver<Msg>) -> Option<Msg> {
         while !self.is_full() {
             match rx.try_recv() {
                 Ok(Msg::Append(call, done)) => self.push(call, done),
@@ -335,6 +360,30 @@ impl Appends {
             }
         }
         None
+    }
+
+    /// [`Appends::gather`], then, while fewer than [`LINGER_UNTIL`] records
+    /// are in and more keep coming (one at least every [`LINGER_STEP`]),
+    /// waits for them, at most [`LINGER_MAX`] in all: a commit of records
+    /// alone costs the same for one record as for many, so under load a
+    /// few microseconds of waiting save most of the commits (and the CPU
+    /// they cost the requests). Stops at the first other message.
+    fn linger(&mut self, rx: &mpsc::Receiver<Msg>) -> Option<Msg> {
+        let deadline = Instant::now() + LINGER_MAX;
+        loop {
+            if let Some(other) = self.gather(rx) {
+                return Some(other);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.calls.len() >= LINGER_UNTIL || left.is_zero() {
+                return None;
+            }
+            match rx.recv_timeout(left.min(LINGER_STEP)) {
+                Ok(Msg::Append(call, done)) => self.push(call, done),
+                Ok(other) => return Some(other),
+                Err(_) => return None,
+            }
+        }
     }
 
     fn insert(&self, c: &Connection) -> StoreResult<()> {
@@ -411,16 +460,18 @@ impl Appends {
 fn run_batch(
     c: Connection,
     first: Lease,
-    rx: &mut mpsc::UnboundedReceiver<Msg>,
+    appends: Appends,
+    rx: &mpsc::Receiver<Msg>,
     max_batch: usize,
 ) -> (Option<Connection>, Option<oneshot::Sender<()>>) {
     if let Err(e) = sqlite::batch(&c, "BEGIN IMMEDIATE") {
+        appends.fail(&e.to_string());
         let _ = first.send(Err(e));
         return (Some(c), None);
     }
     let mut batch = Batch {
         waiters: Vec::new(),
-        appends: Appends::default(),
+        appends,
         failed: None,
         shutdown: None,
     };
@@ -472,7 +523,7 @@ impl Batch {
         &mut self,
         mut c: Connection,
         first: Lease,
-        rx: &mut mpsc::UnboundedReceiver<Msg>,
+        rx: &mpsc::Receiver<Msg>,
         max_batch: usize,
     ) -> Option<Connection> {
         let started = Instant::now();

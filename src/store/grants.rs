@@ -11,6 +11,7 @@ use super::repos::{RepoRow, with_collaborator_permission};
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
 };
+use super::shape::{Shape, slot};
 use super::{Backend, StoreResult, Tx};
 
 /// A grant joined with every login and repository fact its JSON needs.
@@ -295,7 +296,21 @@ pub async fn agent_grant_in_repo(
     tx: &mut Tx,
     a: AgentGrantQuery<'_>,
 ) -> StoreResult<Option<Found>> {
-    let mut select = agent_grant_query(tx.backend(), a);
+    static ROUTES: [Shape; 8] = [const { Shape::new() }; 8];
+    let backend = tx.backend();
+    let shape = RouteShape {
+        lock: a.lock,
+        keyed: a.request_key.is_some(),
+        inputs: a.admission_inputs,
+    };
+    let mut args = vec![
+        a.id.into(),
+        a.agent_id.into(),
+        a.owner.to_ascii_lowercase().into(),
+        a.name.to_ascii_lowercase().into(),
+    ];
+    args.extend(a.request_key.map(Value::from));
+    let select = ROUTES[shape.index()].bind(backend, || route_query(backend, shape), args);
     if !a.admission_inputs {
         let found = tx.fetch_optional::<AgentGrantRow>(&select).await?;
         return Ok(found.map(|found| Found {
@@ -303,9 +318,7 @@ pub async fn agent_grant_in_repo(
             inputs: None,
         }));
     }
-    if tx.backend() == Backend::Postgres {
-        let repository = Expr::col((Repositories::Table, Repositories::Id));
-        select.expr_as(inputs_json(repository), "admission_inputs");
+    if backend == Backend::Postgres {
         let Some(row) = tx.fetch_optional::<WithInputs>(&select).await? else {
             return Ok(None);
         };
@@ -317,11 +330,16 @@ pub async fn agent_grant_in_repo(
     }
     // On SQLite the inputs are a second statement (no round trip: it runs
     // where it is asked for, see store::sqlite).
+    static INPUTS: Shape = Shape::new();
     let Some(found) = tx.fetch_optional::<AgentGrantRow>(&select).await? else {
         return Ok(None);
     };
-    let repository = Expr::val(found.grant.repository_id);
-    let rows = tx.fetch_all::<InputRow>(&inputs_query(repository)).await?;
+    let inputs = INPUTS.bind(
+        backend,
+        || inputs_query(slot(0)),
+        vec![found.grant.repository_id.into()],
+    );
+    let rows = tx.fetch_all::<InputRow>(&inputs).await?;
     Ok(Some(Found {
         found,
         inputs: Some(parse_inputs(rows)?),
@@ -338,7 +356,24 @@ struct WithInputs {
     admission_inputs: Option<String>,
 }
 
-fn agent_grant_query(backend: Backend, a: AgentGrantQuery<'_>) -> SelectStatement {
+/// The variant of the route lookup (each is one [`Shape`]).
+#[derive(Debug, Clone, Copy)]
+struct RouteShape {
+    lock: bool,
+    keyed: bool,
+    inputs: bool,
+}
+
+impl RouteShape {
+    fn index(self) -> usize {
+        usize::from(self.lock) * 4 + usize::from(self.keyed) * 2 + usize::from(self.inputs)
+    }
+}
+
+/// The route lookup of [`agent_grant_in_repo`], its values as slots: the
+/// grant id, the agent, the owner's and the repository's lowercase names,
+/// and (keyed) the request key.
+fn route_query(backend: Backend, shape: RouteShape) -> SelectStatement {
     let r = Repositories::Table;
     let mut q = select_grant(backend);
     q.expr_as(Expr::col((r, Repositories::OwnerId)), "repo_owner_id")
@@ -347,28 +382,29 @@ fn agent_grant_query(backend: Backend, a: AgentGrantQuery<'_>) -> SelectStatemen
             "repo_require_distinct_approver",
         )
         .expr_as(Expr::col((r, Repositories::CreatedAt)), "repo_created_at");
-    with_collaborator_permission(&mut q, a.agent_id);
-    q.and_where(Expr::col((Grants::Table, Grants::Id)).eq(a.id))
-        .and_where(Expr::col((Grants::Table, Grants::AgentId)).eq(a.agent_id))
-        .and_where(Expr::col(("owner", Users::LowerLogin)).eq(a.owner.to_ascii_lowercase()))
-        .and_where(Expr::col((r, Repositories::LowerName)).eq(a.name.to_ascii_lowercase()));
-    match a.request_key {
-        Some(key) => {
-            q.expr_as(Expr::col(("ks", Submissions::Id)), "key_submission_id")
-                .join_as(
-                    JoinType::LeftJoin,
-                    Submissions::Table,
-                    "ks",
-                    Expr::col(("ks", Submissions::GrantId))
-                        .equals((Grants::Table, Grants::Id))
-                        .and(Expr::col(("ks", Submissions::RequestKey)).eq(key)),
-                );
-        }
-        None => {
-            q.expr_as(Expr::cust("CAST(NULL AS BIGINT)"), "key_submission_id");
-        }
+    with_collaborator_permission(&mut q, slot(1));
+    q.and_where(Expr::col((Grants::Table, Grants::Id)).eq(slot(0)))
+        .and_where(Expr::col((Grants::Table, Grants::AgentId)).eq(slot(1)))
+        .and_where(Expr::col(("owner", Users::LowerLogin)).eq(slot(2)))
+        .and_where(Expr::col((r, Repositories::LowerName)).eq(slot(3)));
+    if shape.keyed {
+        q.expr_as(Expr::col(("ks", Submissions::Id)), "key_submission_id")
+            .join_as(
+                JoinType::LeftJoin,
+                Submissions::Table,
+                "ks",
+                Expr::col(("ks", Submissions::GrantId))
+                    .equals((Grants::Table, Grants::Id))
+                    .and(Expr::col(("ks", Submissions::RequestKey)).eq(slot(4))),
+            );
+    } else {
+        q.expr_as(Expr::cust("CAST(NULL AS BIGINT)"), "key_submission_id");
     }
-    if a.lock {
+    if shape.inputs && backend == Backend::Postgres {
+        let repository = Expr::col((Repositories::Table, Repositories::Id));
+        q.expr_as(inputs_json(repository), "admission_inputs");
+    }
+    if shape.lock {
         lock_grant_row(backend, &mut q);
     }
     q

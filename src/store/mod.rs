@@ -15,14 +15,17 @@ pub mod reports;
 pub mod repos;
 pub mod schema;
 pub mod sessions;
+pub mod shape;
 pub mod sqlite;
 
+use std::borrow::Cow;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sea_query::{ExprTrait, PostgresQueryBuilder, SqliteQueryBuilder};
-use sea_query_sqlx::SqlxBinder;
+use sea_query::ExprTrait;
+use sea_query_sqlx::SqlxValues;
+pub use shape::Statement;
 use sqlx::pool::PoolConnection;
 use sqlx::pool::PoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
@@ -293,55 +296,51 @@ impl Tx {
     /// Runs a query expected to return at most one row.
     pub async fn fetch_optional<T: BothRows>(
         &mut self,
-        q: &impl SqlxBinder,
+        q: &impl Statement,
     ) -> StoreResult<Option<T>> {
         let pg = match self.conn()? {
             Ok(c) => {
-                let (sql, values) = sqlite_sql(q);
+                let (sql, values) = q.render(Backend::Sqlite);
                 return Ok(sqlite::rows(c, &sql, &values, Some(1))?.pop());
             }
             Err(pg) => pg,
         };
-        let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
-        sqlx::query_as_with(AssertSqlSafe(sql), values)
-            .fetch_optional(pg)
-            .await
+        let (sql, values) = postgres_sql(q);
+        sqlx::query_as_with(sql, values).fetch_optional(pg).await
     }
 
     /// Runs a query expected to return exactly one row.
-    pub async fn fetch_one<T: BothRows>(&mut self, q: &impl SqlxBinder) -> StoreResult<T> {
+    pub async fn fetch_one<T: BothRows>(&mut self, q: &impl Statement) -> StoreResult<T> {
         self.fetch_optional(q).await?.ok_or(StoreError::RowNotFound)
     }
 
     /// Runs a query and collects every row.
-    pub async fn fetch_all<T: BothRows>(&mut self, q: &impl SqlxBinder) -> StoreResult<Vec<T>> {
+    pub async fn fetch_all<T: BothRows>(&mut self, q: &impl Statement) -> StoreResult<Vec<T>> {
         let pg = match self.conn()? {
             Ok(c) => {
-                let (sql, values) = sqlite_sql(q);
+                let (sql, values) = q.render(Backend::Sqlite);
                 return sqlite::rows(c, &sql, &values, None);
             }
             Err(pg) => pg,
         };
-        let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
-        sqlx::query_as_with(AssertSqlSafe(sql), values)
-            .fetch_all(pg)
-            .await
+        let (sql, values) = postgres_sql(q);
+        sqlx::query_as_with(sql, values).fetch_all(pg).await
     }
 
     /// Runs a statement and returns the number of rows it touched.
-    pub async fn execute(&mut self, q: &impl SqlxBinder) -> StoreResult<u64> {
+    pub async fn execute(&mut self, q: &impl Statement) -> StoreResult<u64> {
         if let Tx::Inline(_) = self {
             return Err(inline::read_only());
         }
         let pg = match self.conn()? {
             Ok(c) => {
-                let (sql, values) = sqlite_sql(q);
+                let (sql, values) = q.render(Backend::Sqlite);
                 return sqlite::execute(c, &sql, &values);
             }
             Err(pg) => pg,
         };
-        let (sql, values) = q.build_sqlx(PostgresQueryBuilder);
-        Ok(sqlx::query_with(AssertSqlSafe(sql), values)
+        let (sql, values) = postgres_sql(q);
+        Ok(sqlx::query_with(sql, values)
             .execute(pg)
             .await?
             .rows_affected())
@@ -370,11 +369,10 @@ impl Tx {
     }
 }
 
-/// A statement rendered for SQLite with its values.
-fn sqlite_sql(q: &impl SqlxBinder) -> (String, Vec<sea_query::Value>) {
-    let (sql, sea_query_sqlx::SqlxValues(sea_query::Values(values))) =
-        q.build_sqlx(SqliteQueryBuilder);
-    (sql, values)
+/// A statement rendered for PostgreSQL, as sqlx binds it.
+fn postgres_sql(q: &impl Statement) -> (AssertSqlSafe<Cow<'static, str>>, SqlxValues) {
+    let (sql, values) = q.render(Backend::Postgres);
+    (AssertSqlSafe(sql), SqlxValues(sea_query::Values(values)))
 }
 
 /// True when `err` is a unique-constraint violation.

@@ -1,8 +1,9 @@
 //! Users and access tokens.
 
-use sea_query::{Expr, ExprTrait, Order, Query};
+use sea_query::{Expr, ExprTrait, Order, Query, SelectStatement};
 
 use super::schema::{AccessTokens, Users};
+use super::shape::{Shape, slot};
 use super::{StoreResult, Tx};
 
 /// A user as stored.
@@ -136,7 +137,14 @@ pub struct TokenAuthRow {
 
 /// Finds an unrevoked token by the SHA-256 of its text.
 pub async fn token_by_hash(tx: &mut Tx, hash: &str) -> StoreResult<Option<TokenAuthRow>> {
-    let q = Query::select()
+    static TOKEN: Shape = Shape::new();
+    let q = TOKEN.bind(tx.backend(), || token_query(slot(0)), vec![hash.into()]);
+    tx.fetch_optional(&q).await
+}
+
+/// The live token with the hash `hash`, with its user.
+fn token_query(hash: Expr) -> SelectStatement {
+    Query::select()
         .expr_as(
             Expr::col((AccessTokens::Table, AccessTokens::Id)),
             "token_id",
@@ -157,8 +165,7 @@ pub async fn token_by_hash(tx: &mut Tx, hash: &str) -> StoreResult<Option<TokenA
         )
         .and_where(Expr::col((AccessTokens::Table, AccessTokens::TokenHash)).eq(hash))
         .and_where(Expr::col((AccessTokens::Table, AccessTokens::RevokedAt)).is_null())
-        .to_owned();
-    tx.fetch_optional(&q).await
+        .to_owned()
 }
 
 /// A new token.

@@ -94,7 +94,7 @@ pub async fn repo_by_name_for(
 
 /// Adds `user_id`'s collaborator permission on the query's repository
 /// (`repositories` in it) as `collaborator_permission` (NULL when none).
-pub(super) fn with_collaborator_permission(q: &mut SelectStatement, user_id: i64) {
+pub(super) fn with_collaborator_permission(q: &mut SelectStatement, user_id: impl Into<Expr>) {
     q.expr_as(
         Expr::col((Collaborators::Table, Collaborators::Permission)),
         "collaborator_permission",
@@ -103,7 +103,7 @@ pub(super) fn with_collaborator_permission(q: &mut SelectStatement, user_id: i64
         Collaborators::Table,
         Expr::col((Collaborators::Table, Collaborators::RepositoryId))
             .equals((Repositories::Table, Repositories::Id))
-            .and(Expr::col((Collaborators::Table, Collaborators::UserId)).eq(user_id)),
+            .and(Expr::col((Collaborators::Table, Collaborators::UserId)).eq(user_id.into())),
     );
 }
 
