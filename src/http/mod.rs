@@ -138,21 +138,55 @@ async fn error_docs() -> impl IntoResponse {
 }
 
 /// Counts requests and their latency by method, matched route and status.
+/// The labels are static strings (routes and statuses interned once), so a
+/// request allocates none of them.
 async fn record_metrics(req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let method = req.method().to_string();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = method_label(req.method());
+    let route = match req.extensions().get::<MatchedPath>() {
+        Some(path) => intern(path.as_str()),
+        None => "unmatched",
+    };
     let response = next.run(req).await;
-    let status = response.status().as_u16().to_string();
+    let status = intern(response.status().as_str());
     let labels = [("method", method), ("route", route), ("status", status)];
     metrics::counter!("http_requests_total", &labels).increment(1);
     metrics::histogram!("http_request_duration_seconds", &labels)
         .record(start.elapsed().as_secs_f64());
     response
+}
+
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// The one `'static` copy of a label (matched routes and statuses: a
+/// finite set, each leaked once).
+fn intern(label: &str) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::RwLock;
+    static LABELS: OnceLock<RwLock<HashSet<&'static str>>> = OnceLock::new();
+    let labels = LABELS.get_or_init(Default::default);
+    if let Some(known) = labels.read().unwrap_or_else(|e| e.into_inner()).get(label) {
+        return known;
+    }
+    let mut labels = labels.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(known) = labels.get(label) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(label.to_owned().into_boxed_str());
+    labels.insert(leaked);
+    leaked
 }
 
 /// Runs every handler to completion in its own task, even when the client

@@ -17,7 +17,8 @@ use crate::domain::text::check_title;
 use crate::store::admission::EvaluationInputs;
 use crate::store::audit::Outcome as CallOutcome;
 use crate::store::grants::GrantRow;
-use crate::store::issues::{self, HandedOff, Handoff, SubmissionRow};
+use crate::store::handoff::{self, HandedOff, Handoff};
+use crate::store::issues::{self, SubmissionRow};
 use crate::store::{Tx, is_unique_violation};
 
 /// A validated submission.
@@ -222,7 +223,7 @@ async fn create(
     let url_prefix = format!("{}/{full_name}/issues/", ctx.config.public_base());
     let count = grant.submission_count + 1;
     let audit = audit::outcome_target(caller);
-    let written = issues::hand_off(
+    let written = handoff::hand_off(
         tx,
         &Handoff {
             evaluation: pending.record(ctx, grant, caller.user_id, &text),

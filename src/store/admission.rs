@@ -2,12 +2,13 @@
 //! context history, evaluations. Evaluations are never updated or deleted.
 
 use sea_query::{
-    Expr, ExprTrait, InsertStatement, OnConflict, Order, Query, SelectStatement, UnionType,
+    Expr, ExprTrait, InsertStatement, OnConflict, Order, Query, SelectStatement, UnionType, Value,
 };
 
 use super::schema::{
     AdmissionEvaluations, Catalogs, FsContextChanges, HealthSnapshots, McpHealth, Users,
 };
+use super::shape::{Shape, slot};
 use super::{StoreResult, Tx};
 
 /// Records a catalog version (once).
@@ -236,11 +237,37 @@ pub struct NewEvaluation<'a> {
 
 /// Persists an evaluation and returns its id.
 pub async fn insert_evaluation(tx: &mut Tx, e: NewEvaluation<'_>) -> StoreResult<i64> {
-    Ok(tx.fetch_one::<(i64,)>(&evaluation_insert(&e)).await?.0)
+    static INSERT: Shape = Shape::new();
+    let q = INSERT.bind(tx.backend(), || evaluation_insert(0), evaluation_values(&e));
+    Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
 }
 
-/// The insert of an evaluation, returning its id.
-pub(super) fn evaluation_insert(e: &NewEvaluation<'_>) -> InsertStatement {
+/// The values of an evaluation, in the slot order of [`evaluation_insert`]
+/// (its fields' order).
+pub(super) fn evaluation_values(e: &NewEvaluation<'_>) -> Vec<Value> {
+    vec![
+        e.grant_id.into(),
+        e.phase.into(),
+        e.status.into(),
+        e.retryable.into(),
+        e.blocked_count.into(),
+        e.warning_count.into(),
+        e.snapshot_id.into(),
+        e.catalog_version.into(),
+        e.filesystem_grant_id.into(),
+        e.proposal_digest.into(),
+        e.decisions.into(),
+        e.actor_id.into(),
+        e.now.into(),
+    ]
+}
+
+/// How many values an evaluation has.
+pub(super) const EVALUATION_VALUES: usize = 13;
+
+/// The insert of an evaluation, its values in slots from `first` on (see
+/// [`evaluation_values`]), returning its id.
+pub(super) fn evaluation_insert(first: usize) -> InsertStatement {
     use AdmissionEvaluations as A;
     Query::insert()
         .into_table(A::Table)
@@ -259,21 +286,7 @@ pub(super) fn evaluation_insert(e: &NewEvaluation<'_>) -> InsertStatement {
             A::ActorId,
             A::EvaluatedAt,
         ])
-        .values_panic([
-            e.grant_id.into(),
-            e.phase.into(),
-            e.status.into(),
-            e.retryable.into(),
-            e.blocked_count.into(),
-            e.warning_count.into(),
-            e.snapshot_id.into(),
-            e.catalog_version.into(),
-            e.filesystem_grant_id.into(),
-            e.proposal_digest.into(),
-            e.decisions.into(),
-            e.actor_id.into(),
-            e.now.into(),
-        ])
+        .values_panic((first..first + EVALUATION_VALUES).map(slot))
         .returning_col(A::Id)
         .to_owned()
 }

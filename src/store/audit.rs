@@ -8,6 +8,7 @@ use sea_query::{
     Expr, ExprTrait, Iden, InsertStatement, Query, SubQueryStatement, UpdateStatement, Value,
 };
 
+use super::shape::{Statement, slot};
 use super::{Store, StoreResult, Tx};
 
 /// `tool_calls`
@@ -150,11 +151,16 @@ pub(super) fn record_insert_sqlite() -> &'static str {
 pub(super) fn record_values(f: &FinishedCall) -> Vec<Value> {
     call_values(&f.call, Some(f.outcome()))
         .into_iter()
-        .map(|e| match e {
-            Expr::Value(v) => v,
-            other => unreachable!("a record's values are plain values, not {other:?}"),
-        })
+        .map(plain_value)
         .collect()
+}
+
+/// The value of an expression that is one (a record's values all are).
+fn plain_value(e: Expr) -> Value {
+    match e {
+        Expr::Value(v) => v,
+        other => unreachable!("a record's values are plain values, not {other:?}"),
+    }
 }
 
 /// One insert of several finished calls.
@@ -263,6 +269,41 @@ pub enum CallEnd<'a> {
     Complete(i64),
 }
 
+/// The kind of statement that ends a call (a [`super::shape::Shape`] each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EndKind {
+    /// Inserts the record whole.
+    Insert,
+    /// Adds the outcome to the record committed before.
+    Complete,
+}
+
+impl CallEnd<'_> {
+    /// Which statement ends the call.
+    pub(super) fn kind(&self) -> EndKind {
+        match self {
+            CallEnd::Insert(_) => EndKind::Insert,
+            CallEnd::Complete(_) => EndKind::Complete,
+        }
+    }
+
+    /// The values of [`CallEndStatement::shaped`], in slot order.
+    pub(super) fn values(&self, outcome: Outcome<'_>) -> Vec<Value> {
+        match self {
+            CallEnd::Insert(call) => call_values(call, Some(outcome))
+                .into_iter()
+                .map(plain_value)
+                .collect(),
+            CallEnd::Complete(id) => vec![
+                (*id).into(),
+                outcome.native_status.map(i32::from).into(),
+                outcome.error_code.into(),
+                outcome.at.into(),
+            ],
+        }
+    }
+}
+
 /// The statement that writes a call's outcome (see [`CallEnd`]), returning
 /// the record's id.
 pub(super) enum CallEndStatement {
@@ -271,12 +312,29 @@ pub(super) enum CallEndStatement {
 }
 
 impl CallEndStatement {
-    pub(super) fn new(end: CallEnd<'_>, outcome: Outcome<'_>) -> CallEndStatement {
-        match end {
-            CallEnd::Insert(call) => CallEndStatement::Insert(call_insert(call, Some(outcome))),
-            CallEnd::Complete(id) => CallEndStatement::Complete(
-                call_completion(id, outcome)
-                    .returning_col(ToolCalls::Id)
+    /// The statement that ends a call of `kind`, its values in slots from
+    /// `first` on (see [`CallEnd::values`]), returning the record's id.
+    pub(super) fn shaped(kind: EndKind, first: usize) -> CallEndStatement {
+        use ToolCalls as T;
+        let at = |k: usize| slot(first + k);
+        match kind {
+            EndKind::Insert => {
+                let mut q = calls_table();
+                q.values_panic((0..CALL_COLUMNS).map(at))
+                    .returning_col(T::Id);
+                CallEndStatement::Insert(q)
+            }
+            EndKind::Complete => CallEndStatement::Complete(
+                Query::update()
+                    .table(T::Table)
+                    .values([
+                        (T::NativeStatus, at(1)),
+                        (T::ErrorCode, at(2)),
+                        (T::CompletedAt, at(3)),
+                    ])
+                    .and_where(Expr::col(T::Id).eq(at(0)))
+                    .and_where(Expr::col(T::CompletedAt).is_null())
+                    .returning_col(T::Id)
                     .to_owned(),
             ),
         }
@@ -289,14 +347,14 @@ impl CallEndStatement {
             CallEndStatement::Complete(q) => q.into(),
         }
     }
+}
 
-    /// Runs it as a statement of its own; whether it wrote the outcome.
-    pub(super) async fn run(&self, tx: &mut Tx) -> StoreResult<bool> {
-        let id = match self {
-            CallEndStatement::Insert(q) => tx.fetch_optional::<(i64,)>(q).await?,
-            CallEndStatement::Complete(q) => tx.fetch_optional::<(i64,)>(q).await?,
-        };
-        Ok(id.is_some())
+impl Statement for CallEndStatement {
+    fn render(&self, backend: super::Backend) -> (std::borrow::Cow<'static, str>, Vec<Value>) {
+        match self {
+            CallEndStatement::Insert(q) => q.render(backend),
+            CallEndStatement::Complete(q) => q.render(backend),
+        }
     }
 }
 

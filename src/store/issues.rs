@@ -1,14 +1,9 @@
 //! Issues and submission receipts.
 
-use sea_query::{
-    BinOper, CommonTableExpression, Expr, ExprTrait, InsertStatement, JoinType, Order, Query,
-    SelectStatement, SubQueryStatement, UpdateStatement, WithClause,
-};
+use sea_query::{Expr, ExprTrait, JoinType, Order, Query, SelectStatement, UpdateStatement};
 
-use super::admission::{NewEvaluation, evaluation_insert};
-use super::audit::{CallEnd, CallEndStatement, Outcome};
-use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions, Users};
-use super::{Backend, StoreResult, Tx};
+use super::schema::{AdmissionEvaluations, Issues, Repositories, Submissions, Users};
+use super::{StoreResult, Tx};
 
 /// Allocates the next per-repository issue index (never reused: the counter
 /// only grows, also across deletions and transfers).
@@ -257,44 +252,7 @@ pub async fn submissions_of_grant(tx: &mut Tx, grant_id: i64) -> StoreResult<Vec
     tx.fetch_all(&q).await
 }
 
-/// Everything a successful handoff writes, in one round trip: the handoff
-/// evaluation, the next issue index, the issue, the receipt, the grant's
-/// counter and, for an audited call, the call's outcome.
-pub struct Handoff<'a> {
-    /// The handoff evaluation (status allowed or warning).
-    pub evaluation: NewEvaluation<'a>,
-    /// The issue's title, stored byte-for-byte.
-    pub title: &'a str,
-    /// The issue's body, stored byte-for-byte.
-    pub body: &'a str,
-    /// The receipt's request key.
-    pub request_key: &'a str,
-    /// The receipt's content digest.
-    pub content_digest: &'a str,
-    /// The poster of the issue and agent of the receipt.
-    pub agent_id: i64,
-    /// Where the issue goes.
-    pub repository_id: i64,
-    /// `owner/name` at submission time.
-    pub repository_full_name: &'a str,
-    /// The issue URL without its index (`…/owner/name/issues/`).
-    pub issue_url_prefix: &'a str,
-    /// The grant's counter after this submission.
-    pub submission_count: i64,
-    /// The audited call's record and outcome, if the call is audited.
-    pub audit: Option<(CallEnd<'a>, Outcome<'a>)>,
-}
-
-/// The ids a [`hand_off`] wrote.
-#[derive(Debug, Clone, Copy)]
-pub struct HandedOff {
-    pub evaluation_id: i64,
-    pub issue_id: i64,
-    pub issue_index: i64,
-    pub submission_id: i64,
-}
-
-const RECEIPT_COLUMNS: [Submissions; 12] = [
+pub(super) const RECEIPT_COLUMNS: [Submissions; 12] = [
     Submissions::GrantId,
     Submissions::RequestKey,
     Submissions::ContentDigest,
@@ -309,7 +267,7 @@ const RECEIPT_COLUMNS: [Submissions; 12] = [
     Submissions::CreatedAt,
 ];
 
-const ISSUE_COLUMNS: [Issues; 6] = [
+pub(super) const ISSUE_COLUMNS: [Issues; 6] = [
     Issues::RepositoryId,
     Issues::IssueIndex,
     Issues::Title,
@@ -318,182 +276,14 @@ const ISSUE_COLUMNS: [Issues; 6] = [
     Issues::CreatedAt,
 ];
 
-/// Writes a handoff (see [`Handoff`]) with one statement on PostgreSQL
-/// (data-modifying `WITH`) and one script on SQLite (one hand-off to the
-/// connection's thread). The grant row must be locked by the caller. A
-/// unique violation on `(grant_id, request_key)` is returned as is.
-pub async fn hand_off(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff> {
-    match tx.backend() {
-        Backend::Postgres => hand_off_postgres(tx, h).await,
-        Backend::Sqlite => hand_off_sqlite(tx, h).await,
-    }
-}
-
-/// The issue insert, its index read from `index_source` (a table with the
-/// repository's `next_issue_index` after the bump).
-fn issue_from(h: &Handoff<'_>, index: Expr, source: SelectStatement) -> InsertStatement {
-    let mut select = source;
-    select
-        .expr(Expr::val(h.repository_id))
-        .expr(index)
-        .expr(Expr::val(h.title))
-        .expr(Expr::val(h.body))
-        .expr(Expr::val(h.agent_id))
-        .expr(Expr::val(h.evaluation.now));
-    Query::insert()
-        .into_table(Issues::Table)
-        .columns(ISSUE_COLUMNS)
-        .select_from(select)
-        .expect("six columns, six values")
-        .returning(Query::returning().columns([Issues::Id, Issues::IssueIndex]))
-        .to_owned()
-}
-
-/// The receipt insert, its issue and evaluation read from `source`.
-fn receipt_from(
-    h: &Handoff<'_>,
-    issue: (Expr, Expr),
-    evaluation: Expr,
-    source: SelectStatement,
-) -> InsertStatement {
-    let (issue_id, issue_index) = issue;
-    let mut select = source;
-    select
-        .expr(Expr::val(h.evaluation.grant_id))
-        .expr(Expr::val(h.request_key))
-        .expr(Expr::val(h.content_digest))
-        .expr(Expr::val(h.evaluation.proposal_digest))
-        .expr(Expr::val(h.agent_id))
-        .expr(issue_id)
-        .expr(issue_index.clone())
-        .expr(Expr::val(h.repository_id))
-        .expr(Expr::val(h.repository_full_name))
-        .expr(Expr::val(h.issue_url_prefix).binary(BinOper::Custom("||"), issue_index))
-        .expr(evaluation)
-        .expr(Expr::val(h.evaluation.now));
-    Query::insert()
-        .into_table(Submissions::Table)
-        .columns(RECEIPT_COLUMNS)
-        .select_from(select)
-        .expect("twelve columns, twelve values")
-        .returning_col(Submissions::Id)
-        .to_owned()
-}
-
-fn bump_index(repository_id: i64) -> UpdateStatement {
+/// The bump of a repository's issue counter (`next_issue_index + 1`).
+pub(super) fn bump_index(repository_id: impl Into<Expr>) -> UpdateStatement {
     Query::update()
         .table(Repositories::Table)
         .value(
             Repositories::NextIssueIndex,
             Expr::col(Repositories::NextIssueIndex).add(1),
         )
-        .and_where(Expr::col(Repositories::Id).eq(repository_id))
+        .and_where(Expr::col(Repositories::Id).eq(repository_id.into()))
         .to_owned()
-}
-
-fn bump_counter(h: &Handoff<'_>) -> UpdateStatement {
-    Query::update()
-        .table(Grants::Table)
-        .value(Grants::SubmissionCount, h.submission_count)
-        .value(Grants::UpdatedAt, h.evaluation.now)
-        .and_where(Expr::col(Grants::Id).eq(h.evaluation.grant_id))
-        .to_owned()
-}
-
-async fn hand_off_postgres(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff> {
-    let cte = |name: &str, query: SubQueryStatement| {
-        CommonTableExpression::new()
-            .query(query)
-            .table_name(name.to_owned())
-            .to_owned()
-    };
-    let next = Expr::col(("ix", Repositories::NextIssueIndex)).sub(1);
-    let issue = issue_from(h, next, Query::select().from("ix").to_owned());
-    let receipt = receipt_from(
-        h,
-        (
-            Expr::col(("iss", Issues::Id)),
-            Expr::col(("iss", Issues::IssueIndex)),
-        ),
-        Expr::col(("ev", AdmissionEvaluations::Id)),
-        Query::select().from("iss").from("ev").to_owned(),
-    );
-    let mut with = WithClause::new();
-    with.cte(cte("ev", evaluation_insert(&h.evaluation).into()))
-        .cte(cte(
-            "ix",
-            bump_index(h.repository_id)
-                .returning_col(Repositories::NextIssueIndex)
-                .to_owned()
-                .into(),
-        ))
-        .cte(cte("iss", issue.into()))
-        .cte(cte("sub", receipt.into()))
-        .cte(cte(
-            "g",
-            bump_counter(h).returning_col(Grants::Id).to_owned().into(),
-        ));
-    let mut select = Query::select();
-    select
-        .expr(Expr::col(("ev", AdmissionEvaluations::Id)))
-        .expr(Expr::col(("iss", Issues::Id)))
-        .expr(Expr::col(("iss", Issues::IssueIndex)))
-        .expr(Expr::col(("sub", Submissions::Id)))
-        .from("ev")
-        .from("iss")
-        .from("sub")
-        .from("g");
-    if let Some((end, outcome)) = h.audit {
-        with.cte(cte(
-            "au",
-            CallEndStatement::new(end, outcome).into_subquery(),
-        ));
-        select.from("au");
-    }
-    let q = select.with(with);
-    let (evaluation_id, issue_id, issue_index, submission_id) =
-        tx.fetch_one::<(i64, i64, i64, i64)>(&q).await?;
-    Ok(HandedOff {
-        evaluation_id,
-        issue_id,
-        issue_index,
-        submission_id,
-    })
-}
-
-async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff> {
-    // Each statement runs on the writer's connection where it is asked for
-    // (store::sqlite): one after the other costs no hand-off.
-    let (evaluation_id,): (i64,) = tx.fetch_one(&evaluation_insert(&h.evaluation)).await?;
-    tx.execute(&bump_index(h.repository_id)).await?;
-    let issue = issue_from(
-        h,
-        Expr::col(Repositories::NextIssueIndex).sub(1),
-        Query::select()
-            .from(Repositories::Table)
-            .and_where(Expr::col(Repositories::Id).eq(h.repository_id))
-            .to_owned(),
-    );
-    let (issue_id, issue_index): (i64, i64) = tx.fetch_one(&issue).await?;
-    let receipt = receipt_from(
-        h,
-        (Expr::val(issue_id), Expr::val(issue_index)),
-        Expr::val(evaluation_id),
-        Query::select().to_owned(),
-    );
-    let (submission_id,): (i64,) = tx.fetch_one(&receipt).await?;
-    if tx.execute(&bump_counter(h)).await? != 1 {
-        return Err(sqlx::Error::RowNotFound);
-    }
-    if let Some((end, outcome)) = h.audit
-        && !CallEndStatement::new(end, outcome).run(tx).await?
-    {
-        return Err(sqlx::Error::RowNotFound);
-    }
-    Ok(HandedOff {
-        evaluation_id,
-        issue_id,
-        issue_index,
-        submission_id,
-    })
 }

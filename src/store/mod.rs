@@ -7,6 +7,7 @@ pub mod audit;
 pub mod batch;
 pub mod grant_pages;
 pub mod grants;
+pub mod handoff;
 pub mod inline;
 pub mod issues;
 pub mod policy;

@@ -69,7 +69,7 @@ impl Shape {
 
     /// The statement `build` makes (with [`slot`]s), rendered for `backend`
     /// the first time, bound to `args`.
-    pub fn bind<S: QueryStatementWriter>(
+    pub fn bind<S: Statement>(
         &'static self,
         backend: Backend,
         build: impl FnOnce() -> S,
@@ -102,7 +102,7 @@ impl Default for Shape {
 }
 
 impl Rendered {
-    fn of(statement: &impl QueryStatementWriter, backend: Backend) -> Rendered {
+    fn of(statement: &impl Statement, backend: Backend) -> Rendered {
         let (sql, values) = statement.render(backend);
         let values = values
             .into_iter()
