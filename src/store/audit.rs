@@ -8,7 +8,7 @@ use sea_query::{
     Expr, ExprTrait, Iden, InsertStatement, Query, SubQueryStatement, UpdateStatement, Value,
 };
 
-use super::shape::{Statement, slot};
+use super::shape::{Bound, Shape, Statement, slot};
 use super::{Store, StoreResult, Tx};
 
 /// `tool_calls`
@@ -136,19 +136,20 @@ impl FinishedCall {
     }
 }
 
-/// The SQLite text of a one-record insert, rendered once: every record
-/// binds [`record_values`] to it (the writer inserts many a second).
-pub(super) fn record_insert_sqlite() -> &'static str {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SQL.get_or_init(|| {
+/// The insert of one finished call (a [`Shape`]: rendered once per backend,
+/// every record bound to it; the writer inserts many a second).
+pub(super) fn record_insert(backend: super::Backend, f: &FinishedCall) -> Bound {
+    static RECORD: Shape = Shape::new();
+    let statement = || {
         let mut q = calls_table();
-        q.values_panic(std::iter::repeat_n(Expr::val(0), CALL_COLUMNS));
-        q.build(sea_query::SqliteQueryBuilder).0
-    })
+        q.values_panic((0..CALL_COLUMNS).map(slot));
+        q
+    };
+    RECORD.bind(backend, statement, record_values(f))
 }
 
-/// A finished call's values, in the order of [`record_insert_sqlite`].
-pub(super) fn record_values(f: &FinishedCall) -> Vec<Value> {
+/// A finished call's values, in column order.
+fn record_values(f: &FinishedCall) -> Vec<Value> {
     call_values(&f.call, Some(f.outcome()))
         .into_iter()
         .map(plain_value)
@@ -163,15 +164,6 @@ fn plain_value(e: Expr) -> Value {
     }
 }
 
-/// One insert of several finished calls.
-pub(super) fn finished_calls_insert(calls: &[FinishedCall]) -> InsertStatement {
-    let mut q = calls_table();
-    for f in calls {
-        q.values_panic(call_values(&f.call, Some(f.outcome())));
-    }
-    q
-}
-
 /// Writes the record of a finished call, committed on its own before this
 /// returns. On SQLite with group commit it joins the writer's next commit,
 /// one insert for every record queued with it; otherwise it is a single
@@ -181,7 +173,7 @@ pub async fn append_call(store: &Store, call: FinishedCall) -> StoreResult<()> {
         Store::Sqlite(_, writer, _) => writer.append(call).await,
         Store::Postgres(_) => {
             let mut conn = store.single().await?;
-            let insert = finished_calls_insert(std::slice::from_ref(&call));
+            let insert = record_insert(super::Backend::Postgres, &call);
             conn.execute(&insert).await.map(drop)
         }
     }
@@ -362,10 +354,10 @@ impl Statement for CallEndStatement {
 mod tests {
     use super::*;
 
-    /// The writer's cached record insert is what sea-query renders for the
-    /// same record, value for value.
+    /// A shaped record insert is what sea-query renders for the same
+    /// record, value for value, on both backends.
     #[test]
-    fn the_cached_record_insert_is_the_rendered_one() {
+    fn a_shaped_record_insert_is_the_rendered_one() {
         let call = FinishedCall {
             call: NewCall {
                 called_at: "2026-12-01T00:00:00.000001Z".into(),
@@ -386,9 +378,14 @@ mod tests {
             error_code: Some("not_found"),
             completed_at: "2026-12-01T00:00:00.000002Z".into(),
         };
-        let (sql, values) =
-            finished_calls_insert(std::slice::from_ref(&call)).build(sea_query::SqliteQueryBuilder);
-        assert_eq!(record_insert_sqlite(), sql);
-        assert_eq!(record_values(&call), values.0);
+        for backend in [
+            super::super::Backend::Sqlite,
+            super::super::Backend::Postgres,
+        ] {
+            let mut fresh = calls_table();
+            fresh.values_panic(call_values(&call.call, Some(call.outcome())));
+            let fresh = fresh.render(backend);
+            assert_eq!(record_insert(backend, &call).render(backend), fresh);
+        }
     }
 }

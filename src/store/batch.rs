@@ -45,7 +45,7 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
-use super::audit::{FinishedCall, record_insert_sqlite, record_values};
+use super::audit::{FinishedCall, record_insert};
 use super::sqlite::{self, Role};
 use super::{StoreError, StoreResult};
 
@@ -378,9 +378,9 @@ impl Appends {
     }
 
     fn insert(&self, c: &Connection) -> StoreResult<()> {
-        let sql = record_insert_sqlite();
         for call in &self.calls {
-            sqlite::execute(c, sql, &record_values(call))?;
+            let insert = record_insert(super::Backend::Sqlite, call);
+            sqlite::execute(c, insert.sql(), insert.values())?;
         }
         Ok(())
     }

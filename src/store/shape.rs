@@ -129,6 +129,18 @@ pub struct Bound {
     values: Vec<Value>,
 }
 
+impl Bound {
+    /// The statement's text.
+    pub fn sql(&self) -> &'static str {
+        self.sql
+    }
+
+    /// Its values, in placeholder order.
+    pub fn values(&self) -> &[Value] {
+        &self.values
+    }
+}
+
 impl Statement for Bound {
     fn render(&self, _backend: Backend) -> (Cow<'static, str>, Vec<Value>) {
         (Cow::Borrowed(self.sql), self.values.clone())
