@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod audit;
 pub mod batch;
+pub mod checkpoint;
 pub mod grant_pages;
 pub mod grants;
 pub mod handoff;
@@ -61,7 +62,12 @@ pub enum Store {
     /// migrations and the report streams, the writer every write goes
     /// through ([`batch`]), and the connections that read inline
     /// ([`inline`]); statements run through rusqlite ([`sqlite`]).
-    Sqlite(SqlitePool, batch::Writer, Arc<inline::Readers>),
+    Sqlite(
+        SqlitePool,
+        batch::Writer,
+        Arc<inline::Readers>,
+        checkpoint::Checkpointer,
+    ),
     /// PostgreSQL (row locks and constraints guard every invariant).
     Postgres(PgPool),
 }
@@ -134,13 +140,15 @@ impl Store {
             let path = pool.connect_options().get_filename().to_owned();
             let readers = inline::Readers::open(&path)?;
             let level = config.sqlite_synchronous.to_ascii_lowercase();
+            let synchronous = match synchronous {
+                SqliteSynchronous::Normal => "NORMAL",
+                SqliteSynchronous::Extra => "EXTRA",
+                _ => "FULL",
+            };
+            let checkpoints = checkpoint::Checkpointer::start(path.clone(), synchronous)?;
             let writer = batch::Writer::start(batch::WriterConfig {
                 path,
-                synchronous: match synchronous {
-                    SqliteSynchronous::Normal => "NORMAL",
-                    SqliteSynchronous::Extra => "EXTRA",
-                    _ => "FULL",
-                },
+                synchronous,
                 records: batch::RecordCommit::for_synchronous(
                     &level,
                     config.sqlite_durable_read_records,
@@ -151,7 +159,7 @@ impl Store {
                     1
                 },
             })?;
-            Ok(Store::Sqlite(pool, writer, readers))
+            Ok(Store::Sqlite(pool, writer, readers, checkpoints))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let options = PgConnectOptions::from_str(url)?;
             let pool = pinged_when_idle(PgPoolOptions::new())
@@ -209,7 +217,7 @@ impl Store {
     /// held and the read-decide-write inside is serialized.
     pub async fn write(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(_, writer, _) => Tx::Batch(writer.begin().await?),
+            Store::Sqlite(_, writer, ..) => Tx::Batch(writer.begin().await?),
             Store::Postgres(pool) => Tx::Postgres(pool.begin().await?),
         })
     }
@@ -232,7 +240,7 @@ impl Store {
     /// read run inline). Only reads.
     pub async fn single(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(.., readers) => Tx::Inline(readers.get()?),
+            Store::Sqlite(_, _, readers, _) => Tx::Inline(readers.get()?),
             Store::Postgres(pool) => Tx::PostgresSingle(pool.acquire().await?),
         })
     }
@@ -241,7 +249,7 @@ impl Store {
     /// (on SQLite, read inline). Only reads.
     pub async fn read(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(.., readers) => Tx::Inline(readers.begin()?),
+            Store::Sqlite(_, _, readers, _) => Tx::Inline(readers.begin()?),
             Store::Postgres(pool) => Tx::Postgres(
                 pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     .await?,
@@ -252,8 +260,9 @@ impl Store {
     /// Closes every pooled connection.
     pub async fn close(&self) {
         match self {
-            Store::Sqlite(pool, writer, readers) => {
+            Store::Sqlite(pool, writer, readers, checkpoints) => {
                 writer.shutdown().await;
+                checkpoints.stop();
                 readers.close();
                 pool.close().await
             }
