@@ -170,7 +170,7 @@ fn plain_value(e: Expr) -> Value {
 /// statement in autocommit.
 pub async fn append_call(store: &Store, call: FinishedCall) -> StoreResult<()> {
     match store {
-        Store::Sqlite(_, writer, ..) => writer.append(call).await,
+        Store::Sqlite(_, writer, _) => writer.append(call).await,
         Store::Postgres(_) => {
             let mut conn = store.single().await?;
             let insert = record_insert(super::Backend::Postgres, &call);

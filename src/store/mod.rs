@@ -5,7 +5,6 @@
 pub mod admission;
 pub mod audit;
 pub mod batch;
-pub mod checkpoint;
 pub mod grant_pages;
 pub mod grants;
 pub mod handoff;
@@ -62,12 +61,7 @@ pub enum Store {
     /// migrations and the report streams, the writer every write goes
     /// through ([`batch`]), and the connections that read inline
     /// ([`inline`]); statements run through rusqlite ([`sqlite`]).
-    Sqlite(
-        SqlitePool,
-        batch::Writer,
-        Arc<inline::Readers>,
-        checkpoint::Checkpointer,
-    ),
+    Sqlite(SqlitePool, batch::Writer, Arc<inline::Readers>),
     /// PostgreSQL (row locks and constraints guard every invariant).
     Postgres(PgPool),
 }
@@ -140,15 +134,13 @@ impl Store {
             let path = pool.connect_options().get_filename().to_owned();
             let readers = inline::Readers::open(&path)?;
             let level = config.sqlite_synchronous.to_ascii_lowercase();
-            let synchronous = match synchronous {
-                SqliteSynchronous::Normal => "NORMAL",
-                SqliteSynchronous::Extra => "EXTRA",
-                _ => "FULL",
-            };
-            let checkpoints = checkpoint::Checkpointer::start(path.clone(), synchronous)?;
             let writer = batch::Writer::start(batch::WriterConfig {
                 path,
-                synchronous,
+                synchronous: match synchronous {
+                    SqliteSynchronous::Normal => "NORMAL",
+                    SqliteSynchronous::Extra => "EXTRA",
+                    _ => "FULL",
+                },
                 records: batch::RecordCommit::for_synchronous(
                     &level,
                     config.sqlite_durable_read_records,
@@ -159,7 +151,7 @@ impl Store {
                     1
                 },
             })?;
-            Ok(Store::Sqlite(pool, writer, readers, checkpoints))
+            Ok(Store::Sqlite(pool, writer, readers))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let options = PgConnectOptions::from_str(url)?;
             let pool = pinged_when_idle(PgPoolOptions::new())
@@ -217,7 +209,7 @@ impl Store {
     /// held and the read-decide-write inside is serialized.
     pub async fn write(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(_, writer, ..) => Tx::Batch(writer.begin().await?),
+            Store::Sqlite(_, writer, _) => Tx::Batch(writer.begin().await?),
             Store::Postgres(pool) => Tx::Postgres(pool.begin().await?),
         })
     }
@@ -240,7 +232,7 @@ impl Store {
     /// read run inline). Only reads.
     pub async fn single(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(_, _, readers, _) => Tx::Inline(readers.get()?),
+            Store::Sqlite(.., readers) => Tx::Inline(readers.get()?),
             Store::Postgres(pool) => Tx::PostgresSingle(pool.acquire().await?),
         })
     }
@@ -249,7 +241,7 @@ impl Store {
     /// (on SQLite, read inline). Only reads.
     pub async fn read(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Sqlite(_, _, readers, _) => Tx::Inline(readers.begin()?),
+            Store::Sqlite(.., readers) => Tx::Inline(readers.begin()?),
             Store::Postgres(pool) => Tx::Postgres(
                 pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     .await?,
@@ -260,9 +252,8 @@ impl Store {
     /// Closes every pooled connection.
     pub async fn close(&self) {
         match self {
-            Store::Sqlite(pool, writer, readers, checkpoints) => {
+            Store::Sqlite(pool, writer, readers) => {
                 writer.shutdown().await;
-                checkpoints.stop();
                 readers.close();
                 pool.close().await
             }

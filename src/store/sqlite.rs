@@ -43,16 +43,10 @@ pub enum Role {
         /// moments, e.g. the WAL index rebuilt after a crash).
         busy: Duration,
     },
-    /// The writer: foreign keys on, `synchronous` as configured, a long
-    /// busy timeout (another process, `writ admin`, may hold the lock), and
-    /// no checkpoints of its own ([`super::checkpoint`] runs them).
+    /// The writer: foreign keys on, `synchronous` as configured, and a
+    /// long busy timeout (another process, `writ admin`, may hold the lock).
     Write {
         /// `PRAGMA synchronous` value (`FULL`, `NORMAL`, `EXTRA`).
-        synchronous: &'static str,
-    },
-    /// The checkpoint thread's connection.
-    Checkpoint {
-        /// `PRAGMA synchronous` value: how checkpoints sync.
         synchronous: &'static str,
     },
 }
@@ -62,7 +56,7 @@ pub enum Role {
 pub fn open(path: &Path, role: Role) -> StoreResult<Connection> {
     let flags = match role {
         Role::Read { .. } => OpenFlags::SQLITE_OPEN_READ_ONLY,
-        Role::Write { .. } | Role::Checkpoint { .. } => OpenFlags::SQLITE_OPEN_READ_WRITE,
+        Role::Write { .. } => OpenFlags::SQLITE_OPEN_READ_WRITE,
     } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(error)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
@@ -76,14 +70,9 @@ pub fn open(path: &Path, role: Role) -> StoreResult<Connection> {
             conn.busy_timeout(Duration::from_secs(10)).map_err(error)?;
             conn.execute_batch(&format!(
                 "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; \
-                 PRAGMA synchronous = {synchronous}; PRAGMA wal_autocheckpoint = 0"
+                 PRAGMA synchronous = {synchronous}"
             ))
             .map_err(error)?;
-        }
-        Role::Checkpoint { synchronous } => {
-            conn.busy_timeout(Duration::from_secs(10)).map_err(error)?;
-            conn.execute_batch(&format!("PRAGMA synchronous = {synchronous}"))
-                .map_err(error)?;
         }
     }
     Ok(conn)
