@@ -189,6 +189,7 @@ async fn find(tx: &mut Tx, caller: &Caller, route: Route<'_>) -> Result<ForKey> 
         owner: route.owner,
         name: route.repo,
         agent_id: caller.user_id,
+        token_id: caller.token_id,
         request_key: route.request_key,
         lock: route.lock,
         admission_inputs: route.request_key.is_some(),

@@ -39,6 +39,8 @@ pub struct Ctx {
     pub store: Store,
     /// The MCP capability catalog in use.
     pub catalog: Arc<Catalog>,
+    /// Tokens this process has seen live (see [`auth::TokenCache`]).
+    pub tokens: Arc<auth::TokenCache>,
 }
 
 impl Ctx {
@@ -48,6 +50,7 @@ impl Ctx {
             config: Arc::new(config),
             store,
             catalog: Arc::new(catalog),
+            tokens: Arc::default(),
         }
     }
 }

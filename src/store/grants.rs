@@ -7,6 +7,7 @@ use sea_query::{
 use super::admission::{
     EvaluationInputs, InputRow, inputs_json, inputs_query, parse_inputs, parse_inputs_json,
 };
+use super::principals::token_live;
 use super::repos::{RepoRow, with_collaborator_permission};
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
@@ -233,6 +234,8 @@ pub struct AgentGrantQuery<'a> {
     pub owner: &'a str,
     pub name: &'a str,
     pub agent_id: i64,
+    /// The agent's token: the grant is found only while it is not revoked.
+    pub token_id: i64,
     /// Also find the grant's receipt under this key.
     pub request_key: Option<&'a str>,
     /// Take the grant's row lock (see [`grant_by_id_locked`]).
@@ -308,6 +311,7 @@ pub async fn agent_grant_in_repo(
         a.agent_id.into(),
         a.owner.to_ascii_lowercase().into(),
         a.name.to_ascii_lowercase().into(),
+        a.token_id.into(),
     ];
     args.extend(a.request_key.map(Value::from));
     let select = ROUTES[shape.index()].bind(backend, || route_query(backend, shape), args);
@@ -372,7 +376,8 @@ impl RouteShape {
 
 /// The route lookup of [`agent_grant_in_repo`], its values as slots: the
 /// grant id, the agent, the owner's and the repository's lowercase names,
-/// and (keyed) the request key.
+/// the agent's token (which must not be revoked) and (keyed) the request
+/// key.
 fn route_query(backend: Backend, shape: RouteShape) -> SelectStatement {
     let r = Repositories::Table;
     let mut q = select_grant(backend);
@@ -386,7 +391,8 @@ fn route_query(backend: Backend, shape: RouteShape) -> SelectStatement {
     q.and_where(Expr::col((Grants::Table, Grants::Id)).eq(slot(0)))
         .and_where(Expr::col((Grants::Table, Grants::AgentId)).eq(slot(1)))
         .and_where(Expr::col(("owner", Users::LowerLogin)).eq(slot(2)))
-        .and_where(Expr::col((r, Repositories::LowerName)).eq(slot(3)));
+        .and_where(Expr::col((r, Repositories::LowerName)).eq(slot(3)))
+        .and_where(token_live(slot(4), slot(1)));
     if shape.keyed {
         q.expr_as(Expr::col(("ks", Submissions::Id)), "key_submission_id")
             .join_as(
@@ -395,7 +401,7 @@ fn route_query(backend: Backend, shape: RouteShape) -> SelectStatement {
                 "ks",
                 Expr::col(("ks", Submissions::GrantId))
                     .equals((Grants::Table, Grants::Id))
-                    .and(Expr::col(("ks", Submissions::RequestKey)).eq(slot(4))),
+                    .and(Expr::col(("ks", Submissions::RequestKey)).eq(slot(5))),
             );
     } else {
         q.expr_as(Expr::cust("CAST(NULL AS BIGINT)"), "key_submission_id");

@@ -142,6 +142,32 @@ pub async fn token_by_hash(tx: &mut Tx, hash: &str) -> StoreResult<Option<TokenA
     tx.fetch_optional(&q).await
 }
 
+/// True while the token `token_id` is not revoked.
+pub async fn token_is_live(tx: &mut Tx, token_id: i64) -> StoreResult<bool> {
+    let q = Query::select()
+        .expr(Expr::val(1))
+        .from(AccessTokens::Table)
+        .and_where(Expr::col(AccessTokens::Id).eq(token_id))
+        .and_where(Expr::col(AccessTokens::RevokedAt).is_null())
+        .to_owned();
+    Ok(tx.fetch_optional::<(i32,)>(&q).await?.is_some())
+}
+
+/// The condition "the token `token_id` of user `user_id` is not revoked",
+/// for a statement that checks it on its way (see
+/// `service::auth::authenticate_deferred`).
+pub(super) fn token_live(token_id: Expr, user_id: Expr) -> Expr {
+    Expr::exists(
+        Query::select()
+            .expr(Expr::val(1))
+            .from(AccessTokens::Table)
+            .and_where(Expr::col((AccessTokens::Table, AccessTokens::Id)).eq(token_id))
+            .and_where(Expr::col((AccessTokens::Table, AccessTokens::UserId)).eq(user_id))
+            .and_where(Expr::col((AccessTokens::Table, AccessTokens::RevokedAt)).is_null())
+            .to_owned(),
+    )
+}
+
 /// The live token with the hash `hash`, with its user.
 fn token_query(hash: Expr) -> SelectStatement {
     Query::select()

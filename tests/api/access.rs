@@ -5,8 +5,12 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::browser::{Browser, location_path, nonce_in, state_revision_in};
+use crate::db::SqlConn;
 use crate::helpers::{ADMIN_LOGIN, Auth, Body, Resp, TestApp, confirm_body, grant_path};
-use crate::world::{ALICE, ALL_SCOPES, BOT, BOT_SCOPES, OWNER, REPO, World, action_path, state_of};
+use crate::world::{
+    ALICE, ALL_SCOPES, BOT, BOT_SCOPES, OWNER, REPO, World, action_path, new_key, readback_path,
+    state_of, submit_body, submit_path,
+};
 
 both_backends!(admin_api_needs_an_admin_token_with_write_admin);
 async fn admin_api_needs_an_admin_token_with_write_admin(app: TestApp) {
@@ -122,6 +126,108 @@ async fn a_deleted_token_no_longer_authenticates(app: TestApp) {
         assert!(resp.header("www-authenticate").is_some());
     }
     // Other tokens of the same bot are unaffected.
+    app.get(&path, Auth::Token(&world.bot))
+        .await
+        .assert_status(200);
+}
+
+// A server remembers the tokens it has seen live; a revocation made
+// anywhere (here through a second server on the same database) still
+// refuses the token at its next use on the first, on every agent route,
+// before any other refusal, and such a call leaves no audit record, issue
+// or change.
+both_backends!(a_token_revoked_elsewhere_is_refused_at_its_next_use);
+async fn a_token_revoked_elsewhere_is_refused_at_its_next_use(app: TestApp) {
+    let world = World::new(&app).await;
+    let id = world.active("Revoked on the other server").await;
+    let digest = world.digest(id).await;
+    let token = app.create_token(BOT, BOT_SCOPES).await;
+    let path = grant_path(OWNER, REPO, id);
+    let key = new_key();
+    // Seen live by this server: a read and a submit.
+    app.get(&path, Auth::Token(&token.token))
+        .await
+        .assert_status(200);
+    app.post_json(
+        &submit_path(OWNER, REPO, id),
+        Auth::Token(&token.token),
+        submit_body(&digest, &key, "Before the revocation", ""),
+    )
+    .await
+    .assert_status(201);
+
+    let replica = app.spawn_replica().await;
+    let revoked = app
+        .client
+        .delete(format!(
+            "{}/api/v1/admin/users/{BOT}/tokens/{}",
+            replica.base, token.id
+        ))
+        .header("Authorization", format!("token {}", app.admin_token))
+        .send()
+        .await
+        .expect("revoke through the replica");
+    assert_eq!(revoked.status().as_u16(), 204);
+
+    let mut sql = SqlConn::connect(&app.database_url()).await;
+    let counts = "SELECT CAST((SELECT COUNT(*) FROM tool_calls) AS TEXT), \
+                  CAST((SELECT COUNT(*) FROM issues) AS TEXT), \
+                  CAST((SELECT submission_count FROM grants WHERE id = 1) AS TEXT)";
+    let grant_before = world.grant(id).await;
+    let before = sql.text_rows(counts).await;
+    let attempts: Vec<(Method, String, Body)> = vec![
+        (Method::GET, path.clone(), Body::None),
+        (
+            Method::GET,
+            grant_path(OWNER, REPO, "not-an-id"),
+            Body::None,
+        ),
+        (Method::GET, grant_path(OWNER, REPO, 999_999), Body::None),
+        (
+            Method::POST,
+            submit_path(OWNER, REPO, id),
+            Body::Json(submit_body(&digest, &new_key(), "After the revocation", "")),
+        ),
+        (
+            Method::POST,
+            submit_path(OWNER, REPO, id),
+            Body::Json(json!({"not": "a submission"})),
+        ),
+        (
+            Method::POST,
+            format!("{path}/confirm"),
+            Body::Json(confirm_body(&digest)),
+        ),
+        (
+            Method::GET,
+            readback_path(OWNER, REPO, id, &key),
+            Body::None,
+        ),
+    ];
+    for (method, target, body) in attempts {
+        let resp = app
+            .send(method.clone(), &target, Auth::Token(&token.token), body)
+            .await;
+        assert_eq!(
+            resp.status.as_u16(),
+            401,
+            "{method} {target}: {}",
+            resp.body
+        );
+        resp.assert_error(401, "unauthenticated");
+        assert!(
+            resp.header("www-authenticate").is_some(),
+            "{method} {target}"
+        );
+    }
+    assert_eq!(
+        sql.text_rows(counts).await,
+        before,
+        "no record, issue or count"
+    );
+    world.assert_unchanged(id, &grant_before).await;
+    sql.close().await;
+    // The bot's other token is unaffected.
     app.get(&path, Auth::Token(&world.bot))
         .await
         .assert_status(200);

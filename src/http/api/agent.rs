@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::{audit_call, body_names, call_args, segments};
+use super::{audit_call, body_names, call_args, refused_early, segments, settle_and_finish};
 use crate::domain::ids::GrantId;
 use crate::domain::scope::Scope;
 use crate::domain::tools::Tool;
-use crate::http::auth::api_caller;
+use crate::http::auth::{api_caller, api_caller_deferred};
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::json::{parse_json, read_body};
 use crate::http::pagination::{link_headers, parse_list_query};
@@ -94,8 +94,10 @@ pub async fn get_grant(
     headers: HeaderMap,
     path: Result<Path<Triplet>, PathRejection>,
 ) -> Result<Json<GrantEnvelope>, ApiError> {
-    let mut caller = api_caller(&ctx, &headers).await?;
-    audit_call(&mut caller, Tool::Get, &headers, &path_args(&path, None))?;
+    let mut caller = api_caller_deferred(&ctx, &headers).await?;
+    if let Err(e) = audit_call(&mut caller, Tool::Get, &headers, &path_args(&path, None)) {
+        return Err(refused_early(&ctx, &caller, e).await.into());
+    }
     let result = async {
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository])?;
@@ -104,7 +106,7 @@ pub async fn get_grant(
         agent::get(&ctx, &caller, &owner, &repo, id).await
     }
     .await;
-    let grant = audit::finish(&ctx, &caller, result, 200).await?;
+    let grant = settle_and_finish(&ctx, &caller, result, 200).await?;
     Ok(Json(GrantEnvelope { grant }))
 }
 
@@ -137,10 +139,12 @@ pub async fn confirm_grant(
     path: Result<Path<Triplet>, PathRejection>,
     body: Body,
 ) -> Result<Json<GrantEnvelope>, ApiError> {
-    let mut caller = api_caller(&ctx, &headers).await?;
+    let mut caller = api_caller_deferred(&ctx, &headers).await?;
     let bytes = read_body(&headers, body).await;
     let args = path_args(&path, bytes.as_deref().ok());
-    audit_call(&mut caller, Tool::Confirm, &headers, &args)?;
+    if let Err(e) = audit_call(&mut caller, Tool::Confirm, &headers, &args) {
+        return Err(refused_early(&ctx, &caller, e).await.into());
+    }
     let result = async {
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
@@ -155,7 +159,7 @@ pub async fn confirm_grant(
         agent::confirm(&ctx, &caller, &owner, &repo, id, &triple).await
     }
     .await;
-    let grant = audit::finish(&ctx, &caller, result, 200).await?;
+    let grant = settle_and_finish(&ctx, &caller, result, 200).await?;
     Ok(Json(GrantEnvelope { grant }))
 }
 

@@ -11,15 +11,14 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::agent::path_args;
-use super::{audit_call, call_args, segments};
+use super::{audit_call, call_args, refused_early, segments, settle_and_finish};
 use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::scope::Scope;
 use crate::domain::tools::Tool;
-use crate::http::auth::api_caller;
+use crate::http::auth::api_caller_deferred;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::json::{parse_json, read_body};
 use crate::service::agent::Triple;
-use crate::service::audit;
 use crate::service::submit::{self, Outcome, SubmitInput};
 use crate::service::view::{GrantView, SubmissionView};
 use crate::service::{Ctx, Error};
@@ -118,10 +117,12 @@ pub async fn submit_work(
     path: Result<Path<Triplet>, PathRejection>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let mut caller = api_caller(&ctx, &headers).await?;
+    let mut caller = api_caller_deferred(&ctx, &headers).await?;
     let bytes = read_body(&headers, body).await;
     let args = path_args(&path, bytes.as_deref().ok());
-    audit_call(&mut caller, Tool::Submit, &headers, &args)?;
+    if let Err(e) = audit_call(&mut caller, Tool::Submit, &headers, &args) {
+        return Err(refused_early(&ctx, &caller, e).await.into());
+    }
     let result = async {
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
@@ -131,7 +132,7 @@ pub async fn submit_work(
         submit::submit(&ctx, &caller, &owner, &repo, id, &input).await
     }
     .await;
-    let receipt = audit::finish(&ctx, &caller, result, 200).await?;
+    let receipt = settle_and_finish(&ctx, &caller, result, 200).await?;
     Ok(answer(receipt))
 }
 
@@ -146,7 +147,7 @@ pub async fn read_submission(
     headers: HeaderMap,
     path: Result<Path<(String, String, String, String)>, PathRejection>,
 ) -> Result<Json<ReceiptEnvelope>, ApiError> {
-    let mut caller = api_caller(&ctx, &headers).await?;
+    let mut caller = api_caller_deferred(&ctx, &headers).await?;
     let args = match &path {
         Ok(Path((owner, repo, id, key))) => call_args(
             &[
@@ -159,7 +160,9 @@ pub async fn read_submission(
         ),
         Err(_) => call_args(&[], []),
     };
-    audit_call(&mut caller, Tool::Readback, &headers, &args)?;
+    if let Err(e) = audit_call(&mut caller, Tool::Readback, &headers, &args) {
+        return Err(refused_early(&ctx, &caller, e).await.into());
+    }
     let result = async {
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::ReadIssue])?;
@@ -169,7 +172,7 @@ pub async fn read_submission(
         submit::readback(&ctx, &caller, &owner, &repo, id, &key).await
     }
     .await;
-    let receipt = audit::finish(&ctx, &caller, result, 200).await?;
+    let receipt = settle_and_finish(&ctx, &caller, result, 200).await?;
     Ok(Json(ReceiptEnvelope {
         grant: receipt.grant,
         submission: receipt.submission,
