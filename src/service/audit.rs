@@ -85,6 +85,9 @@ pub enum Access {
 pub struct Record {
     call: NewCall,
     state: Mutex<State>,
+    /// While the call reads: its record announced to the store (see
+    /// `store::audit::expect_call`), until appended.
+    expected: Mutex<Option<crate::store::batch::Expected>>,
 }
 
 /// Where a record stands.
@@ -131,6 +134,10 @@ impl Record {
 
     fn set(&self, state: State) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+    }
+
+    fn set_expected(&self, expected: Option<crate::store::batch::Expected>) {
+        *self.expected.lock().unwrap_or_else(|e| e.into_inner()) = expected;
     }
 
     /// The state once any transaction not committed through [`commit`] is
@@ -205,6 +212,7 @@ pub async fn begin_mcp(ctx: &Ctx, caller: &mut Caller, call: &CallInfo<'_>) -> R
         caller.audit = Some(Arc::new(Record {
             call: record,
             state: Mutex::new(State::Committed(id)),
+            expected: Mutex::new(None),
         }));
     }
     Ok(check)
@@ -228,6 +236,7 @@ pub fn prepare_api(caller: &mut Caller, tool: Tool, call: &CallInfo<'_>) -> Resu
     caller.audit = Some(Arc::new(Record {
         call: record,
         state: Mutex::new(State::Pending),
+        expected: Mutex::new(None),
     }));
     Ok(())
 }
@@ -246,6 +255,7 @@ pub async fn open(ctx: &Ctx, caller: &Caller, access: Access) -> Result<Tx> {
     if access != Access::Write && state == State::Pending {
         let tx = plain(ctx, access).await?;
         record.set(State::Reading);
+        record.set_expected(store::expect_call(&ctx.store));
         return Ok(tx);
     }
     let tx = match access {
@@ -447,9 +457,9 @@ async fn append(ctx: &Ctx, record: &Record, status: u16, code: Option<&'static s
         error_code: code,
         completed_at: now().to_text(),
     };
-    store::append_call(&ctx.store, finished)
-        .await
-        .map_err(fail_closed)?;
+    let appended = store::append_call(&ctx.store, finished).await;
+    record.set_expected(None);
+    appended.map_err(fail_closed)?;
     record.set(State::Done);
     Ok(())
 }

@@ -164,6 +164,18 @@ fn plain_value(e: Expr) -> Value {
     }
 }
 
+/// Announces the record of a call that reads now and will
+/// [`append_call`] after: on SQLite the writer then waits a little for it
+/// before committing the records queued without it (a lone caller's record
+/// is committed at once). `None` on PostgreSQL. Keep it until the append
+/// returned.
+pub fn expect_call(store: &Store) -> Option<super::batch::Expected> {
+    match store {
+        Store::Sqlite(_, writer, _) => Some(writer.expect()),
+        Store::Postgres(_) => None,
+    }
+}
+
 /// Writes the record of a finished call, committed on its own before this
 /// returns. On SQLite with group commit it joins the writer's next commit,
 /// one insert for every record queued with it; otherwise it is a single

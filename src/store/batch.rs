@@ -38,6 +38,8 @@
 //! is committed alone, the same way.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -130,6 +132,19 @@ const SAVEPOINT: &str = "SAVEPOINT writ_job";
 #[derive(Clone, Debug)]
 pub struct Writer {
     tx: mpsc::Sender<Msg>,
+    /// Records announced by calls still running (see [`Writer::expect`]).
+    expected: Arc<AtomicUsize>,
+}
+
+/// A call's word that it will append a record (see [`Writer::expect`]);
+/// dropping it takes the word back.
+#[derive(Debug)]
+pub struct Expected(Arc<AtomicUsize>);
+
+impl Drop for Expected {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// One caller's transaction inside a batch: a savepoint on the writer's
@@ -204,11 +219,23 @@ impl Writer {
     pub fn start(config: WriterConfig) -> StoreResult<Writer> {
         let conn = open(&config)?;
         let (tx, rx) = mpsc::channel();
+        let expected = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&expected);
         std::thread::Builder::new()
             .name("writ-sqlite-writer".into())
-            .spawn(move || run(config, conn, rx))
+            .spawn(move || run(config, conn, rx, &counted))
             .map_err(StoreError::Io)?;
-        Ok(Writer { tx })
+        Ok(Writer { tx, expected })
+    }
+
+    /// Announces a record that this call will [`Writer::append`] once its
+    /// read is done: while records are announced beyond those queued, the
+    /// writer waits a little for them before it commits records alone
+    /// (see [`Appends::linger`]); a lone caller's record is committed at
+    /// once. Hold the guard until the append returned.
+    pub fn expect(&self) -> Expected {
+        self.expected.fetch_add(1, Ordering::Relaxed);
+        Expected(Arc::clone(&self.expected))
     }
 
     /// Waits for the connection, inside a fresh savepoint of the open batch.
@@ -247,7 +274,7 @@ fn open(config: &WriterConfig) -> StoreResult<Connection> {
 }
 
 /// The writer's loop, on its own thread.
-fn run(config: WriterConfig, conn: Connection, rx: mpsc::Receiver<Msg>) {
+fn run(config: WriterConfig, conn: Connection, rx: mpsc::Receiver<Msg>, expected: &AtomicUsize) {
     let mut conn = Some(conn);
     // A message taken off the queue while gathering records, handled next.
     let mut carried: Option<Msg> = None;
@@ -270,7 +297,7 @@ fn run(config: WriterConfig, conn: Connection, rx: mpsc::Receiver<Msg>) {
             Msg::Append(call, done) => {
                 let mut appends = Appends::default();
                 appends.push(call, done);
-                carried = appends.linger(&rx);
+                carried = appends.linger(&rx, expected);
                 match carried.take() {
                     // A job came: the records join its batch.
                     Some(Msg::Begin(first)) => {
@@ -361,16 +388,19 @@ impl Appends {
     }
 
     /// [`Appends::gather`], then, while fewer than [`LINGER_UNTIL`] records
-    /// are in, sleeps [`LINGER`] once and gathers again: a commit of
-    /// records alone costs the same for one record as for many, so under
-    /// load a short wait saves most of the commits (and the CPU they cost).
-    /// While the writer sleeps, a request queuing its record wakes no
-    /// thread. Stops at the first other message.
-    fn linger(&mut self, rx: &mpsc::Receiver<Msg>) -> Option<Msg> {
+    /// are in and more are announced by calls still reading (`expected`,
+    /// see [`Writer::expect`]), sleeps [`LINGER`] once and gathers again: a
+    /// commit of records alone costs the same for one record as for many,
+    /// so under load a short wait saves most of the commits (and the CPU
+    /// they cost). While the writer sleeps, a request queuing its record
+    /// wakes no thread. A lone caller is not made to wait for records that
+    /// are not coming. Stops at the first other message.
+    fn linger(&mut self, rx: &mpsc::Receiver<Msg>, expected: &AtomicUsize) -> Option<Msg> {
         if let Some(other) = self.gather(rx) {
             return Some(other);
         }
-        if self.calls.len() < LINGER_UNTIL {
+        let coming = expected.load(Ordering::Relaxed) > self.calls.len();
+        if coming && self.calls.len() < LINGER_UNTIL {
             std::thread::sleep(LINGER);
             return self.gather(rx);
         }
@@ -752,7 +782,10 @@ mod tests {
     }
 
     /// Records committed alone at `synchronous = NORMAL` are all kept, and
-    /// the connection is back at `FULL` for the next write.
+    /// the connection is back at `FULL` for the next write. Records
+    /// announced and never appended (calls still reading, or gone) delay
+    /// no one's commit for long and stall nothing; every announcement is
+    /// taken back when its guard drops.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn relaxed_record_commits_restore_full_for_writes() {
         use super::super::audit::NewCall;
@@ -803,16 +836,28 @@ mod tests {
             completed_at: "2026-12-01T00:00:00.000000Z".into(),
         };
         for round in 0..5i64 {
+            let never_coming: Vec<Expected> = (0..round).map(|_| writer.expect()).collect();
             let appends: Vec<_> = (0..20i64)
                 .map(|k| {
                     let writer = writer.clone();
                     let call = call(round * 20 + k);
-                    tokio::spawn(async move { writer.append(call).await })
+                    let announced = writer.expect();
+                    tokio::spawn(async move {
+                        let appended = writer.append(call).await;
+                        drop(announced);
+                        appended
+                    })
                 })
                 .collect();
             for a in appends {
                 a.await.unwrap().unwrap();
             }
+            // A lone record, with others announced that never come.
+            let lone = writer.expect();
+            writer.append(call(1000 + round)).await.unwrap();
+            drop(lone);
+            drop(never_coming);
+            assert_eq!(writer.expected.load(Ordering::Relaxed), 0);
             let mut job = writer.begin().await.unwrap();
             let level: i64 = job
                 .conn()
@@ -822,7 +867,7 @@ mod tests {
             assert_eq!(level, 2, "writes commit at FULL again");
             job.commit().await.unwrap();
         }
-        assert_eq!(count(&path, "SELECT COUNT(*) FROM tool_calls"), 100);
+        assert_eq!(count(&path, "SELECT COUNT(*) FROM tool_calls"), 105);
         assert_eq!(
             RecordCommit::for_synchronous("normal", false),
             RecordCommit::Durable
