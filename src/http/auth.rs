@@ -13,9 +13,9 @@ pub async fn api_caller(ctx: &Ctx, headers: &HeaderMap) -> Result<Caller> {
 }
 
 /// [`api_caller`] for the routes whose use case checks the token's
-/// revocation in its route lookup: the caller may be unverified, and the
-/// handler checks the token (`service::auth::check_before_refusal`) before
-/// it answers or audits a refusal.
+/// revocation in its route lookup: the caller may be unverified, and
+/// `service::audit::finish` checks the token before it answers or audits
+/// a refusal.
 pub async fn api_caller_deferred(ctx: &Ctx, headers: &HeaderMap) -> Result<Caller> {
     resolve(ctx, headers, true).await
 }

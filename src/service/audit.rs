@@ -413,7 +413,16 @@ pub async fn commit(ctx: &Ctx, mut tx: Tx, caller: &Caller) -> Result<()> {
 /// the operation began, or an MCP read), records it now, in a transaction
 /// of its own; `ok_status` is the status of a success. A failure here is
 /// the call's failure (503), so no answer leaves without its record.
+///
+/// A refusal of a caller whose token came from the cache unverified
+/// (`auth::authenticate_deferred`) first checks the token: revoked, the
+/// call is a 401 with no record, as if refused at the door
+/// (`auth::check_before_refusal`). A success needs no check: the use
+/// case's route lookup made it.
 pub async fn finish<T>(ctx: &Ctx, caller: &Caller, result: Result<T>, ok_status: u16) -> Result<T> {
+    if result.is_err() {
+        super::auth::check_before_refusal(ctx, caller).await?;
+    }
     let Some(record) = caller.audit.as_deref() else {
         return result;
     };

@@ -92,8 +92,8 @@ pub async fn authenticate(ctx: &Ctx, credential: Credential<'_>) -> Result<Calle
 /// [`authenticate`] for a route whose use case checks the token's
 /// revocation in its own first statement (the route lookup of
 /// `service::agent`): a token this process has seen live is taken from
-/// [`TokenCache`] unverified, and the handler must call
-/// [`check_before_refusal`] before it answers a refusal.
+/// [`TokenCache`] unverified, and its refusals must go through
+/// [`super::audit::finish`], which calls [`check_before_refusal`].
 pub async fn authenticate_deferred(ctx: &Ctx, credential: Credential<'_>) -> Result<Caller> {
     let (hash, login) = hashed(credential)?;
     match ctx.tokens.get(&hash) {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::{audit_call, body_names, call_args, refused_early, segments, settle_and_finish};
+use super::{audit_call, body_names, call_args, segments};
 use crate::domain::ids::GrantId;
 use crate::domain::scope::Scope;
 use crate::domain::tools::Tool;
@@ -95,10 +95,8 @@ pub async fn get_grant(
     path: Result<Path<Triplet>, PathRejection>,
 ) -> Result<Json<GrantEnvelope>, ApiError> {
     let mut caller = api_caller_deferred(&ctx, &headers).await?;
-    if let Err(e) = audit_call(&mut caller, Tool::Get, &headers, &path_args(&path, None)) {
-        return Err(refused_early(&ctx, &caller, e).await.into());
-    }
     let result = async {
+        audit_call(&mut caller, Tool::Get, &headers, &path_args(&path, None))?;
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository])?;
         let (owner, repo, id) = segments(path)?;
@@ -106,7 +104,7 @@ pub async fn get_grant(
         agent::get(&ctx, &caller, &owner, &repo, id).await
     }
     .await;
-    let grant = settle_and_finish(&ctx, &caller, result, 200).await?;
+    let grant = audit::finish(&ctx, &caller, result, 200).await?;
     Ok(Json(GrantEnvelope { grant }))
 }
 
@@ -142,10 +140,8 @@ pub async fn confirm_grant(
     let mut caller = api_caller_deferred(&ctx, &headers).await?;
     let bytes = read_body(&headers, body).await;
     let args = path_args(&path, bytes.as_deref().ok());
-    if let Err(e) = audit_call(&mut caller, Tool::Confirm, &headers, &args) {
-        return Err(refused_early(&ctx, &caller, e).await.into());
-    }
     let result = async {
+        audit_call(&mut caller, Tool::Confirm, &headers, &args)?;
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
         let (owner, repo, id) = segments(path)?;
@@ -159,7 +155,7 @@ pub async fn confirm_grant(
         agent::confirm(&ctx, &caller, &owner, &repo, id, &triple).await
     }
     .await;
-    let grant = settle_and_finish(&ctx, &caller, result, 200).await?;
+    let grant = audit::finish(&ctx, &caller, result, 200).await?;
     Ok(Json(GrantEnvelope { grant }))
 }
 

@@ -150,31 +150,6 @@ pub fn body_names(bytes: Option<&[u8]>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Ends an agent-route call whose caller came from
-/// [`crate::http::auth::api_caller_deferred`]: a refusal is answered (and
-/// audited) only once the token is known not to be revoked (else 401,
-/// unaudited); then [`crate::service::audit::finish`].
-pub async fn settle_and_finish<T>(
-    ctx: &Ctx,
-    caller: &crate::service::auth::Caller,
-    result: crate::service::Result<T>,
-    ok_status: u16,
-) -> crate::service::Result<T> {
-    if result.is_err() {
-        crate::service::auth::check_before_refusal(ctx, caller).await?;
-    }
-    crate::service::audit::finish(ctx, caller, result, ok_status).await
-}
-
-/// A refusal found before the use case ran (see [`settle_and_finish`]):
-/// 401 if the caller's token was revoked, else `e`.
-pub async fn refused_early(ctx: &Ctx, caller: &crate::service::auth::Caller, e: Error) -> Error {
-    match crate::service::auth::check_before_refusal(ctx, caller).await {
-        Ok(()) => e,
-        Err(outer) => outer,
-    }
-}
-
 /// Prepares the audit record of a native agent-route call; the use case
 /// writes it in its transaction before anything else.
 pub fn audit_call(

@@ -11,7 +11,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::agent::path_args;
-use super::{audit_call, call_args, refused_early, segments, settle_and_finish};
+use super::{audit_call, call_args, segments};
 use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::scope::Scope;
 use crate::domain::tools::Tool;
@@ -19,6 +19,7 @@ use crate::http::auth::api_caller_deferred;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::json::{parse_json, read_body};
 use crate::service::agent::Triple;
+use crate::service::audit;
 use crate::service::submit::{self, Outcome, SubmitInput};
 use crate::service::view::{GrantView, SubmissionView};
 use crate::service::{Ctx, Error};
@@ -120,10 +121,8 @@ pub async fn submit_work(
     let mut caller = api_caller_deferred(&ctx, &headers).await?;
     let bytes = read_body(&headers, body).await;
     let args = path_args(&path, bytes.as_deref().ok());
-    if let Err(e) = audit_call(&mut caller, Tool::Submit, &headers, &args) {
-        return Err(refused_early(&ctx, &caller, e).await.into());
-    }
     let result = async {
+        audit_call(&mut caller, Tool::Submit, &headers, &args)?;
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
         let (owner, repo, id) = segments(path)?;
@@ -132,7 +131,7 @@ pub async fn submit_work(
         submit::submit(&ctx, &caller, &owner, &repo, id, &input).await
     }
     .await;
-    let receipt = settle_and_finish(&ctx, &caller, result, 200).await?;
+    let receipt = audit::finish(&ctx, &caller, result, 200).await?;
     Ok(answer(receipt))
 }
 
@@ -160,10 +159,8 @@ pub async fn read_submission(
         ),
         Err(_) => call_args(&[], []),
     };
-    if let Err(e) = audit_call(&mut caller, Tool::Readback, &headers, &args) {
-        return Err(refused_early(&ctx, &caller, e).await.into());
-    }
     let result = async {
+        audit_call(&mut caller, Tool::Readback, &headers, &args)?;
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::ReadIssue])?;
         let (owner, repo, id, key) = segments(path)?;
@@ -172,7 +169,7 @@ pub async fn read_submission(
         submit::readback(&ctx, &caller, &owner, &repo, id, &key).await
     }
     .await;
-    let receipt = settle_and_finish(&ctx, &caller, result, 200).await?;
+    let receipt = audit::finish(&ctx, &caller, result, 200).await?;
     Ok(Json(ReceiptEnvelope {
         grant: receipt.grant,
         submission: receipt.submission,
