@@ -172,7 +172,7 @@ fn plain_value(e: Expr) -> Value {
 pub fn expect_call(store: &Store) -> Option<super::batch::Expected> {
     match store {
         Store::Sqlite(_, writer, _) => Some(writer.expect()),
-        Store::Postgres(_) => None,
+        Store::Postgres(..) => None,
     }
 }
 
@@ -183,7 +183,7 @@ pub fn expect_call(store: &Store) -> Option<super::batch::Expected> {
 pub async fn append_call(store: &Store, call: FinishedCall) -> StoreResult<()> {
     match store {
         Store::Sqlite(_, writer, _) => writer.append(call).await,
-        Store::Postgres(_) => {
+        Store::Postgres(..) => {
             let mut conn = store.single().await?;
             let insert = record_insert(super::Backend::Postgres, &call);
             conn.execute(&insert).await.map(drop)

@@ -10,6 +10,7 @@ pub mod grants;
 pub mod handoff;
 pub mod inline;
 pub mod issues;
+pub mod pg_conns;
 pub mod policy;
 pub mod principals;
 pub mod reports;
@@ -27,13 +28,12 @@ use std::time::Duration;
 use sea_query::ExprTrait;
 use sea_query_sqlx::SqlxValues;
 pub use shape::Statement;
-use sqlx::pool::PoolConnection;
 use sqlx::pool::PoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, FromRow, PgPool, Postgres, SqlitePool, Transaction};
+use sqlx::{AssertSqlSafe, FromRow, PgPool, SqlitePool};
 
 use crate::config::Config;
 
@@ -62,9 +62,16 @@ pub enum Store {
     /// through ([`batch`]), and the connections that read inline
     /// ([`inline`]); statements run through rusqlite ([`sqlite`]).
     Sqlite(SqlitePool, batch::Writer, Arc<inline::Readers>),
-    /// PostgreSQL (row locks and constraints guard every invariant).
-    Postgres(PgPool),
+    /// PostgreSQL (row locks and constraints guard every invariant): the
+    /// connections every use case runs on ([`pg_conns`]), and sqlx's pool
+    /// for the migrations and the report streams.
+    Postgres(PgPool, Arc<pg_conns::Conns>),
 }
+
+/// Most connections of sqlx's PostgreSQL pool, which serves only the
+/// migrations and the report streams (the use cases have
+/// `max_connections` of their own, [`pg_conns`]).
+const POSTGRES_AUX_CONNECTIONS: u32 = 4;
 
 /// A row type that decodes on both backends (and, by column name through
 /// serde, from the SQLite reads run inline, see [`inline`]).
@@ -155,11 +162,16 @@ impl Store {
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let options = PgConnectOptions::from_str(url)?;
             let pool = pinged_when_idle(PgPoolOptions::new())
-                .max_connections(Ord::max(config.max_connections, 2))
+                .max_connections(POSTGRES_AUX_CONNECTIONS)
                 .acquire_timeout(Duration::from_secs(10))
-                .connect_with(options)
+                .connect_with(options.clone())
                 .await?;
-            Ok(Store::Postgres(pool))
+            let conns = pg_conns::Conns::new(
+                options,
+                Ord::max(config.max_connections, 2),
+                Duration::from_secs(10),
+            );
+            Ok(Store::Postgres(pool, conns))
         } else {
             anyhow::bail!("database_url must start with sqlite:// or postgres://")
         }
@@ -169,7 +181,7 @@ impl Store {
     pub fn backend(&self) -> Backend {
         match self {
             Store::Sqlite(..) => Backend::Sqlite,
-            Store::Postgres(_) => Backend::Postgres,
+            Store::Postgres(..) => Backend::Postgres,
         }
     }
 
@@ -177,7 +189,7 @@ impl Store {
     pub async fn migrate(&self) -> anyhow::Result<()> {
         match self {
             Store::Sqlite(pool, ..) => SQLITE_MIGRATIONS.run(pool).await?,
-            Store::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await?,
+            Store::Postgres(pool, _) => POSTGRES_MIGRATIONS.run(pool).await?,
         }
         Ok(())
     }
@@ -200,7 +212,7 @@ impl Store {
     fn migrator(&self) -> &'static sqlx::migrate::Migrator {
         match self {
             Store::Sqlite(..) => &SQLITE_MIGRATIONS,
-            Store::Postgres(_) => &POSTGRES_MIGRATIONS,
+            Store::Postgres(..) => &POSTGRES_MIGRATIONS,
         }
     }
 
@@ -210,7 +222,7 @@ impl Store {
     pub async fn write(&self) -> StoreResult<Tx> {
         Ok(match self {
             Store::Sqlite(_, writer, _) => Tx::Batch(writer.begin().await?),
-            Store::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+            Store::Postgres(_, conns) => Tx::postgres(conns, "BEGIN").await?,
         })
     }
 
@@ -219,10 +231,9 @@ impl Store {
     /// written with it. On SQLite it is [`Store::write`].
     pub async fn write_snapshot(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Postgres(pool) => Tx::Postgres(
-                pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                    .await?,
-            ),
+            Store::Postgres(_, conns) => {
+                Tx::postgres(conns, "BEGIN ISOLATION LEVEL REPEATABLE READ").await?
+            }
             Store::Sqlite(..) => self.write().await?,
         })
     }
@@ -233,7 +244,7 @@ impl Store {
     pub async fn single(&self) -> StoreResult<Tx> {
         Ok(match self {
             Store::Sqlite(.., readers) => Tx::Inline(readers.get()?),
-            Store::Postgres(pool) => Tx::PostgresSingle(pool.acquire().await?),
+            Store::Postgres(_, conns) => Tx::PostgresSingle(conns.acquire().await?),
         })
     }
 
@@ -242,10 +253,9 @@ impl Store {
     pub async fn read(&self) -> StoreResult<Tx> {
         Ok(match self {
             Store::Sqlite(.., readers) => Tx::Inline(readers.begin()?),
-            Store::Postgres(pool) => Tx::Postgres(
-                pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    .await?,
-            ),
+            Store::Postgres(_, conns) => {
+                Tx::postgres(conns, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?
+            }
         })
     }
 
@@ -257,7 +267,10 @@ impl Store {
                 readers.close();
                 pool.close().await
             }
-            Store::Postgres(pool) => pool.close().await,
+            Store::Postgres(pool, conns) => {
+                conns.close().await;
+                pool.close().await
+            }
         }
     }
 }
@@ -270,12 +283,19 @@ pub enum Tx {
     /// ([`Store::read`], [`Store::single`]).
     Inline(inline::ReadConn),
     /// PostgreSQL transaction.
-    Postgres(Transaction<'static, Postgres>),
+    Postgres(pg_conns::Conn),
     /// A PostgreSQL connection outside a transaction.
-    PostgresSingle(PoolConnection<Postgres>),
+    PostgresSingle(pg_conns::Conn),
 }
 
 impl Tx {
+    /// A PostgreSQL transaction opened with `begin`.
+    async fn postgres(conns: &Arc<pg_conns::Conns>, begin: &'static str) -> StoreResult<Tx> {
+        let mut conn = conns.acquire().await?;
+        conn.begin(begin).await?;
+        Ok(Tx::Postgres(conn))
+    }
+
     /// The engine of this transaction.
     pub fn backend(&self) -> Backend {
         match self {
@@ -285,12 +305,11 @@ impl Tx {
     }
 
     /// The SQLite connection, or the PostgreSQL one.
-    fn conn(&mut self) -> StoreResult<Result<&rusqlite::Connection, &mut sqlx::PgConnection>> {
+    fn conn(&mut self) -> StoreResult<Result<&rusqlite::Connection, &mut pg_conns::Conn>> {
         Ok(match self {
             Tx::Batch(tx) => Ok(tx.conn()?),
             Tx::Inline(c) => Ok(c.conn()),
-            Tx::Postgres(tx) => Err(&mut **tx),
-            Tx::PostgresSingle(c) => Err(&mut **c),
+            Tx::Postgres(c) | Tx::PostgresSingle(c) => Err(c),
         })
     }
 
@@ -307,7 +326,10 @@ impl Tx {
             Err(pg) => pg,
         };
         let (sql, values) = postgres_sql(q);
-        sqlx::query_as_with(sql, values).fetch_optional(pg).await
+        let found = sqlx::query_as_with(sql, values)
+            .fetch_optional(pg.statement())
+            .await;
+        pg.done(found)
     }
 
     /// Runs a query expected to return exactly one row.
@@ -325,7 +347,10 @@ impl Tx {
             Err(pg) => pg,
         };
         let (sql, values) = postgres_sql(q);
-        sqlx::query_as_with(sql, values).fetch_all(pg).await
+        let rows = sqlx::query_as_with(sql, values)
+            .fetch_all(pg.statement())
+            .await;
+        pg.done(rows)
     }
 
     /// Runs a statement and returns the number of rows it touched.
@@ -341,10 +366,8 @@ impl Tx {
             Err(pg) => pg,
         };
         let (sql, values) = postgres_sql(q);
-        Ok(sqlx::query_with(sql, values)
-            .execute(pg)
-            .await?
-            .rows_affected())
+        let done = sqlx::query_with(sql, values).execute(pg.statement()).await;
+        pg.done(done).map(|r| r.rows_affected())
     }
 
     /// Commits; only after this returns may a 2xx be sent.
@@ -352,7 +375,7 @@ impl Tx {
         match self {
             Tx::Batch(tx) => tx.commit().await,
             Tx::Inline(c) => c.commit(),
-            Tx::Postgres(tx) => tx.commit().await,
+            Tx::Postgres(mut c) => c.commit().await,
             Tx::PostgresSingle(_) => Ok(()),
         }
     }
@@ -364,7 +387,7 @@ impl Tx {
                 tx.rollback();
                 Ok(())
             }
-            Tx::Postgres(tx) => tx.rollback().await,
+            Tx::Postgres(mut c) => c.rollback().await,
             Tx::Inline(_) | Tx::PostgresSingle(_) => Ok(()),
         }
     }

@@ -3,7 +3,7 @@
 use reqwest::Method;
 
 use crate::helpers::{Auth, Body, OTHER_DIGEST, TestApp, confirm_body, grant_path};
-use crate::world::{OWNER, REPO, World};
+use crate::world::{OWNER, REPO, World, new_key, submit_body};
 
 both_backends!(health_metrics_and_openapi);
 async fn health_metrics_and_openapi(app: TestApp) {
@@ -107,4 +107,92 @@ async fn connections_the_database_dropped_are_replaced(app: TestApp) {
     app.get("/readyz", Auth::None).await.assert_status(200);
     app.create_user("after-drop", "bot", None).await;
     app.get("/readyz", Auth::None).await.assert_status(200);
+}
+
+both_backends!(refused_calls_leave_no_transaction_open, |config| {
+    config.max_connections = 2;
+});
+/// Every refusal rolls back the transaction it opened, and the connection it
+/// ran on is handed out again only once that rollback is answered: right
+/// after each refusal no connection of the app is left inside a
+/// transaction, and what was committed stays committed.
+async fn refused_calls_leave_no_transaction_open(app: TestApp) {
+    let world = World::new(&app).await;
+    let id = world.active("Connections come back clean").await;
+    let digest = world.digest(id).await;
+    let key = new_key();
+    world.submit(id, &key, "Kept", "").await.assert_status(201);
+    let url = app.database_url();
+    let mut sql = match url.starts_with("postgres") {
+        true => Some(crate::db::SqlConn::connect(&url).await),
+        false => None,
+    };
+    for round in 0..3 {
+        // Refused after the grant row was locked (wrong digest, another
+        // body under a used key, a confirm with the wrong digest), and a
+        // grant that is not there.
+        let refusals = [
+            world
+                .submit_with(id, submit_body(OTHER_DIGEST, &new_key(), "No", ""))
+                .await
+                .assert_error(409, "proposal_mismatch")
+                .status,
+            world
+                .submit_with(
+                    id,
+                    submit_body(&digest, &key, &format!("Other {round}"), ""),
+                )
+                .await
+                .assert_error(409, "request_key_conflict")
+                .status,
+            world
+                .confirm_with(id, confirm_body(OTHER_DIGEST))
+                .await
+                .assert_status(409)
+                .status,
+            world
+                .read(999_999)
+                .await
+                .assert_error(404, "not_found")
+                .status,
+        ];
+        assert_eq!(refusals.len(), 4);
+        if let Some(sql) = sql.as_mut() {
+            assert_no_transaction_left(sql).await;
+        }
+    }
+    let next = new_key();
+    world
+        .submit(id, &next, "Also kept", "")
+        .await
+        .assert_status(201);
+    assert_eq!(world.grant(id).await["submission_count"], 2);
+    world.receipt(id, &key).await;
+    world.receipt(id, &next).await;
+    if let Some(mut sql) = sql {
+        let receipts = sql
+            .text_rows("SELECT CAST(count(*) AS TEXT) FROM submissions")
+            .await;
+        assert_eq!(receipts[0][0].as_deref(), Some("2"));
+        sql.close().await;
+    }
+}
+
+/// Fails unless, within two seconds, no other connection to the database is
+/// idle inside a transaction.
+async fn assert_no_transaction_left(sql: &mut crate::db::SqlConn) {
+    let mut open = Vec::new();
+    for _ in 0..100 {
+        open = sql
+            .text_rows(
+                "SELECT state FROM pg_stat_activity WHERE datname = current_database() \
+                 AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'",
+            )
+            .await;
+        if open.is_empty() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("connections left inside a transaction: {open:?}");
 }
