@@ -115,6 +115,24 @@ fn pinged_when_idle<DB: sqlx::Database>(options: PoolOptions<DB>) -> PoolOptions
         })
 }
 
+/// The use cases' connections plan each prepared statement once
+/// (`plan_cache_mode = force_generic_plan`), unless the database URL sets
+/// `plan_cache_mode` itself. Every statement of a use case is a lookup by
+/// key or a page read through an index; with PostgreSQL's default (`auto`)
+/// the planner may judge a statement's generic plan dearer than the custom
+/// ones of its first five runs and then plan it anew at every execution:
+/// the submit's route lookup took 4–24 ms in `Bind` that way, PostgreSQL's
+/// CPU per submit tripled, and the bench's N = 32 row ran at a third of
+/// its rate (docs/performance.md, "Session 9"). A generic plan is made
+/// again whenever the statistics of a table it reads change (`ANALYZE`).
+fn generic_plans(options: PgConnectOptions, url: &str) -> PgConnectOptions {
+    if url.contains("plan_cache_mode") {
+        options
+    } else {
+        options.options([("plan_cache_mode", "force_generic_plan")])
+    }
+}
+
 impl Store {
     /// Opens a pool for `config.database_url`, chosen by its scheme.
     pub async fn connect(config: &Config) -> anyhow::Result<Store> {
@@ -167,7 +185,7 @@ impl Store {
                 .connect_with(options.clone())
                 .await?;
             let conns = pg_conns::Conns::new(
-                options,
+                generic_plans(options, url),
                 Ord::max(config.max_connections, 2),
                 Duration::from_secs(10),
             );

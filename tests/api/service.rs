@@ -196,3 +196,30 @@ async fn assert_no_transaction_left(sql: &mut crate::db::SqlConn) {
     }
     panic!("connections left inside a transaction: {open:?}");
 }
+
+both_backends!(postgres_use_cases_plan_each_statement_once);
+/// On PostgreSQL the use cases' connections keep one generic plan per
+/// prepared statement (`plan_cache_mode = force_generic_plan`): with the
+/// default, a statement whose generic plan the planner judged dearer was
+/// planned anew at every execution, milliseconds per submit.
+async fn postgres_use_cases_plan_each_statement_once(app: TestApp) {
+    let store = &app.writ().ctx().store;
+    let setting = sea_query::Query::select()
+        .expr(sea_query::Expr::cust(
+            "CAST(current_setting('plan_cache_mode') AS TEXT)",
+        ))
+        .to_owned();
+    if app.database_url().starts_with("postgres") {
+        for mut tx in [
+            store.single().await.expect("single"),
+            store.write().await.expect("write"),
+            store.read().await.expect("read"),
+        ] {
+            let (mode,): (String,) = tx.fetch_one(&setting).await.expect("setting");
+            assert_eq!(mode, "force_generic_plan");
+        }
+    } else {
+        // No plan cache to set on SQLite: the store only has to keep working.
+        app.get("/readyz", Auth::None).await.assert_status(200);
+    }
+}
