@@ -73,6 +73,10 @@ pub enum Store {
 /// `max_connections` of their own, [`pg_conns`]).
 const POSTGRES_AUX_CONNECTIONS: u32 = 4;
 
+/// How long a PostgreSQL use case waits for a connection (either pool)
+/// before it fails.
+const POSTGRES_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A row type that decodes on both backends (and, by column name through
 /// serde, from the SQLite reads run inline, see [`inline`]).
 pub trait BothRows:
@@ -181,13 +185,13 @@ impl Store {
             let options = PgConnectOptions::from_str(url)?;
             let pool = pinged_when_idle(PgPoolOptions::new())
                 .max_connections(POSTGRES_AUX_CONNECTIONS)
-                .acquire_timeout(Duration::from_secs(10))
+                .acquire_timeout(POSTGRES_ACQUIRE_TIMEOUT)
                 .connect_with(options.clone())
                 .await?;
             let conns = pg_conns::Conns::new(
                 generic_plans(options, url),
                 Ord::max(config.max_connections, 2),
-                Duration::from_secs(10),
+                POSTGRES_ACQUIRE_TIMEOUT,
             );
             Ok(Store::Postgres(pool, conns))
         } else {

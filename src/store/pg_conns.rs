@@ -39,7 +39,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::{PING_AFTER_IDLE, StoreError, StoreResult};
 
 /// An idle connection older than this is closed rather than handed out.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// The longest a dropped connection's clean-up (`ROLLBACK` or ping) may take
 /// before the connection is closed instead.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
