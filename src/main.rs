@@ -1,5 +1,6 @@
 //! `writ`: the command line. Serve, migrate, and the setup privilege.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -8,6 +9,11 @@ use writ::service::admin::{
     self, CollaboratorInput, NewRepoInput, NewTokenInput, NewUserInput, Setup,
 };
 use writ::{Config, Writ};
+
+/// mimalloc instead of glibc's malloc: a grant read spent a quarter of its
+/// instructions in glibc's malloc and free (docs/performance.md, session 10).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(
@@ -239,8 +245,11 @@ enum CollaboratorCommand {
 fn init_logging(format: &str) {
     let filter =
         EnvFilter::try_from_env("WRIT_LOG").unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
+    // Colours only on a terminal: a log file or journal gets plain text
+    // (and each request's span is formatted without escape codes).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();

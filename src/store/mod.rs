@@ -19,6 +19,7 @@ pub mod schema;
 pub mod sessions;
 pub mod shape;
 pub mod sqlite;
+mod sqlite_row;
 
 use std::borrow::Cow;
 use std::str::FromStr;

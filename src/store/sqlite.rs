@@ -15,7 +15,7 @@
 //! and sqlx 0.9 both use 0.37), so the process has one SQLite library and
 //! its POSIX locks see each other. Statements are built by sea-query as
 //! everywhere else, cached prepared per connection, and rows decode by
-//! column name through serde (`serde_rusqlite`), the names `sqlx::FromRow`
+//! column name through serde ([`super::sqlite_row`]), the names `sqlx::FromRow`
 //! reads on the other paths.
 
 use std::borrow::Cow;
@@ -25,7 +25,6 @@ use std::time::Duration;
 use rusqlite::types::{ToSqlOutput, Value as Sql};
 use rusqlite::{Connection, ErrorCode, OpenFlags, ToSql};
 use sea_query::Value;
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use sqlx::error::{DatabaseError, ErrorKind};
 
@@ -87,7 +86,6 @@ pub fn rows<T: DeserializeOwned>(
     limit: Option<usize>,
 ) -> StoreResult<Vec<T>> {
     let mut stmt = conn.prepare_cached(sql).map_err(error)?;
-    let columns = serde_rusqlite::columns_from_statement(&stmt);
     let mut rows = stmt
         .query(rusqlite::params_from_iter(values.iter().map(Bind)))
         .map_err(error)?;
@@ -96,8 +94,8 @@ pub fn rows<T: DeserializeOwned>(
         let Some(row) = rows.next().map_err(error)? else {
             break;
         };
-        let decoded = serde_rusqlite::from_row_with_columns::<T>(row, &columns)
-            .map_err(|e| StoreError::Decode(Box::new(e)))?;
+        let decoded =
+            super::sqlite_row::decode::<T>(row).map_err(|e| StoreError::Decode(Box::new(e)))?;
         out.push(decoded);
     }
     Ok(out)
@@ -244,14 +242,21 @@ impl ToSql for Bind<'_> {
 /// an integer: a field of a `#[serde(flatten)]`ed row, which serde buffers
 /// before it knows the field's type.
 pub fn boolean<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Stored {
-        Bool(bool),
-        Int(i64),
+    struct Stored;
+    impl serde::de::Visitor<'_> for Stored {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a boolean or an integer")
+        }
+        fn visit_bool<E>(self, b: bool) -> Result<bool, E> {
+            Ok(b)
+        }
+        fn visit_i64<E>(self, i: i64) -> Result<bool, E> {
+            Ok(i != 0)
+        }
+        fn visit_u64<E>(self, u: u64) -> Result<bool, E> {
+            Ok(u != 0)
+        }
     }
-    Ok(match Stored::deserialize(d)? {
-        Stored::Bool(b) => b,
-        Stored::Int(i) => i != 0,
-    })
+    d.deserialize_any(Stored)
 }
