@@ -20,6 +20,11 @@
 //! Every response status is checked; any unexpected one fails the run.
 //! Only loopback addresses are contacted.
 
+/// The same allocator as the server: the load generator shares the two
+/// cores with it, and its baseline is a plain program, allocator included.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod bars;
 mod baseline;
 mod bulk;
