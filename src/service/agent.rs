@@ -13,6 +13,7 @@ use crate::domain::proposal::{SCHEMA, VERSION};
 use crate::domain::scope::Scope;
 use crate::domain::time::Timestamp;
 use crate::store::admission::EvaluationInputs;
+use crate::store::batch::run_local;
 use crate::store::grants::{self, GrantFilter, GrantRow, NewGrantEvent};
 use crate::store::schema::Grants;
 use crate::store::{Tx, grant_pages, repos};
@@ -244,6 +245,18 @@ pub async fn get(
 ) -> Result<GrantView> {
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository])?;
+    let who = caller.clone();
+    let route = (owner.to_owned(), repo.to_owned());
+    let on_writer = audit::read_on_writer(ctx, caller, 200, move |tx| {
+        run_local(locate(tx, &who, &route.0, &route.1, id, false)).unwrap_or_else(|| {
+            Err(Error::Internal(anyhow::anyhow!(
+                "a grant read on the writer's thread waited"
+            )))
+        })
+    });
+    if let Some(row) = on_writer.await {
+        return Ok(GrantView::from_row(&row?)?);
+    }
     let mut tx = audit::open(ctx, caller, Access::ReadOne).await?;
     let row = locate(&mut tx, caller, owner, repo, id, false).await?;
     audit::complete_in(&mut tx, caller, 200, None).await?;

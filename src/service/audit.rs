@@ -21,6 +21,11 @@
 //! for every record queued together, beside the writers' batches). If that
 //! fails the read's answer is refused (503), as before.
 //!
+//! On SQLite, a read with one snapshot, such as a grant read, runs on the
+//! group-commit writer's own thread and connection instead
+//! ([`read_on_writer`]): its record joins the writer's next commit and the
+//! answer comes back after it, in one hand-off.
+//!
 //! An MCP `tools/call` is first decided against the agent's tool grants,
 //! and the decision's record committed with it ([`begin_mcp`]); an allowed
 //! call's outcome is then added in the operation's transaction, as above.
@@ -35,6 +40,7 @@ use crate::domain::text::printable;
 use crate::domain::tools::{Tool, argument_names};
 use crate::store::Tx;
 use crate::store::audit::{self as store, CallEnd, NewCall, Outcome};
+use crate::store::batch::{Deliver, WriterRead};
 
 /// How a call reached Writ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -455,6 +461,64 @@ pub async fn finish<T>(ctx: &Ctx, caller: &Caller, result: Result<T>, ok_status:
     tx.commit().await.map_err(fail_closed)?;
     record.set(State::Done);
     result
+}
+
+/// Runs an audited read that needs one snapshot and no write on SQLite's
+/// writer thread (`store::batch::Writer::read`): `read` runs there, on the
+/// writer's connection, whose page cache stays warm and which needs no
+/// lock of its own, and when it succeeds the call's record, with
+/// `ok_status`, is committed with the records queued beside it before the
+/// answer comes back: one hand-off to the writer per read instead of a
+/// read connection's locks and page reloads, then a hand-off for the
+/// record. A refusal comes back at once, with nothing written: [`finish`]
+/// records it as any refusal (after the token check). `None` when this
+/// does not apply (PostgreSQL, an unaudited caller, a record already
+/// written or in a transaction): use [`open`].
+///
+/// `read` runs on the writer's thread: it must only run statements on the
+/// transaction it is given (`store::batch::run_local`), never wait for
+/// anything else.
+pub async fn read_on_writer<T: Send + 'static>(
+    ctx: &Ctx,
+    caller: &Caller,
+    ok_status: u16,
+    read: impl FnOnce(&mut Tx) -> Result<T> + Send + 'static,
+) -> Option<Result<T>> {
+    let writer = ctx.store.writer()?;
+    let record = caller.audit.as_deref()?;
+    if record.settled() != State::Pending {
+        return None;
+    }
+    let call = record.call.clone();
+    let (answer, wait) = tokio::sync::oneshot::channel::<Result<T>>();
+    let job: WriterRead = Box::new(move |tx| match read(tx) {
+        Ok(value) => {
+            let finished = store::FinishedCall {
+                call,
+                native_status: ok_status,
+                error_code: None,
+                completed_at: now().to_text(),
+            };
+            let deliver: Deliver = Box::new(move |committed| {
+                let _ = answer.send(committed.map(|()| value).map_err(fail_closed));
+            });
+            Some((finished, deliver))
+        }
+        Err(refused) => {
+            let _ = answer.send(Err(refused));
+            None
+        }
+    });
+    if let Err(gone) = writer.read(job) {
+        return Some(Err(fail_closed(gone)));
+    }
+    let result = wait
+        .await
+        .unwrap_or_else(|_| Err(fail_closed(anyhow::anyhow!("the read was dropped unrun"))));
+    if result.is_ok() {
+        record.set(State::Done);
+    }
+    Some(result)
 }
 
 /// Writes a record not written yet, whole, with its outcome, committed on

@@ -34,6 +34,17 @@
 //! durable commit or checkpoint; only a power loss or kernel crash before
 //! that can lose it (docs/decisions.md, session 7).
 //!
+//! An audited read that needs no write of its own can run on the writer
+//! itself ([`Writer::read`]): a closure, run on the writer's thread against
+//! its connection (a read-only [`Tx::Local`]), inside the transaction that
+//! then commits its record with the others queued beside it (after the
+//! jobs of a batch, whose writes it sees and commits with). Its answer is
+//! delivered only once that commit returned. Only this connection writes,
+//! so its page cache stays warm across commits, where a read connection's
+//! is dropped at its first read after any commit and its pages read again;
+//! and the read takes no lock of its own. The reads that arrive while
+//! others run share their commit.
+//!
 //! Without group commit ([`Writer::start`] with a batch of one), each job
 //! is committed alone, the same way.
 
@@ -49,7 +60,7 @@ use tokio::sync::oneshot;
 
 use super::audit::{FinishedCall, record_insert};
 use super::sqlite::{self, Role};
-use super::{StoreError, StoreResult};
+use super::{StoreError, StoreResult, Tx};
 
 /// Most transactions committed together.
 pub const MAX_BATCH: usize = 64;
@@ -109,12 +120,64 @@ pub struct WriterConfig {
 }
 
 type Lease = oneshot::Sender<StoreResult<BatchTx>>;
-type Done = oneshot::Sender<StoreResult<()>>;
+
+/// A read run on the writer's thread and connection ([`Writer::read`]).
+/// Given the connection (inside the writer's open transaction, as a
+/// read-only [`Tx::Local`]), it returns the record to commit before its
+/// answer may leave and the callback that delivers that answer with the
+/// commit's outcome; or `None` when it answered already (with nothing to
+/// record).
+pub type WriterRead = Box<dyn FnOnce(&mut Tx) -> Option<(FinishedCall, Deliver)> + Send>;
+
+/// Delivers a [`WriterRead`]'s answer once the commit of its record
+/// returned (or failed).
+pub type Deliver = Box<dyn FnOnce(StoreResult<()>) + Send>;
+
+/// Who waits for a commit.
+enum Done {
+    /// A caller awaiting the commit's outcome.
+    Caller(oneshot::Sender<StoreResult<()>>),
+    /// A read run on the writer, whose answer goes with the outcome.
+    Read(Deliver),
+}
+
+impl Done {
+    fn tell(self, outcome: StoreResult<()>) {
+        match self {
+            Done::Caller(waiter) => drop(waiter.send(outcome)),
+            Done::Read(deliver) => deliver(outcome),
+        }
+    }
+}
 
 enum Msg {
     Begin(Lease),
     Append(Box<FinishedCall>, Done),
+    Read(WriterRead),
     Shutdown(oneshot::Sender<()>),
+}
+
+/// Runs `fut`, statements on a [`Tx::Local`], to its end on this thread:
+/// each of them completes at once, so the future never waits. `None` if it
+/// did wait (it awaited something else: a bug, refused rather than
+/// blocking the writer).
+pub fn run_local<T>(fut: impl std::future::Future<Output = T>) -> Option<T> {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(value) => Some(value),
+        std::task::Poll::Pending => None,
+    }
+}
+
+/// The writer's connection lent to a [`WriterRead`] on the writer's own
+/// thread (see [`Tx::Local`]); it only reads.
+pub struct Local(Connection);
+
+impl Local {
+    pub(super) fn conn(&self) -> &Connection {
+        &self.0
+    }
 }
 
 /// What a lease holder hands back with the connection.
@@ -188,7 +251,7 @@ impl BatchTx {
     /// Keeps this work and waits until the batch holding it is committed.
     pub async fn commit(mut self) -> StoreResult<()> {
         let (done, wait) = oneshot::channel();
-        self.hand_back(Returned::Release(done));
+        self.hand_back(Returned::Release(Done::Caller(done)));
         wait.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 
@@ -250,9 +313,22 @@ impl Writer {
     pub async fn append(&self, call: FinishedCall) -> StoreResult<()> {
         let (done, wait) = oneshot::channel();
         self.tx
-            .send(Msg::Append(Box::new(call), done))
+            .send(Msg::Append(Box::new(call), Done::Caller(done)))
             .map_err(|_| writer_gone())?;
         wait.await.unwrap_or_else(|_| Err(writer_gone()))
+    }
+
+    /// Runs `read` on the writer's thread and connection, in the writer's
+    /// next transaction, with the records queued beside it: the record it
+    /// returns is inserted and committed there (relaxed, as any record of
+    /// a call that changed nothing) before its answer is delivered. The
+    /// connection's page cache stays warm (only this connection writes),
+    /// where a read connection's is dropped after every commit, and the
+    /// read needs no lock of its own; reads queued together are run one
+    /// after the other, and their records committed together. Fails when
+    /// the writer is gone (the read never ran).
+    pub fn read(&self, read: WriterRead) -> StoreResult<()> {
+        self.tx.send(Msg::Read(read)).map_err(|_| writer_gone())
     }
 
     /// Stops the thread after the current batch and closes its connection.
@@ -294,9 +370,9 @@ fn run(config: WriterConfig, conn: Connection, rx: mpsc::Receiver<Msg>, expected
             }
         };
         match msg {
-            Msg::Append(call, done) => {
+            msg @ (Msg::Append(..) | Msg::Read(_)) => {
                 let mut appends = Appends::default();
-                appends.push(call, done);
+                appends.take(msg);
                 carried = appends.linger(&rx, expected);
                 match carried.take() {
                     // A job came: the records join its batch.
@@ -311,7 +387,7 @@ fn run(config: WriterConfig, conn: Connection, rx: mpsc::Receiver<Msg>, expected
                     }
                     other => {
                         carried = other;
-                        conn = appends.commit_alone(c, config.records);
+                        conn = appends.commit_alone(c, config.records, &rx, &mut carried);
                     }
                 }
             }
@@ -337,7 +413,9 @@ fn run(config: WriterConfig, conn: Connection, rx: mpsc::Receiver<Msg>, expected
 fn refuse(msg: Msg, why: &str) {
     match msg {
         Msg::Begin(lease) => drop(lease.send(Err(failed(why)))),
-        Msg::Append(_, done) => drop(done.send(Err(failed(why)))),
+        Msg::Append(_, done) => done.tell(Err(failed(why))),
+        // Dropped unrun: its caller is told the writer is gone.
+        Msg::Read(_) => {}
         Msg::Shutdown(done) => drop(done.send(())),
     }
 }
@@ -347,44 +425,81 @@ fn tell_committed(waiters: Vec<Done>) {
     metrics::counter!("writ_sqlite_group_commit_transactions_total")
         .increment(waiters.len() as u64);
     for w in waiters {
-        let _ = w.send(Ok(()));
+        w.tell(Ok(()));
     }
 }
 
 fn fail_all(waiters: Vec<Done>, why: &str) {
     for w in waiters {
-        let _ = w.send(Err(failed(why)));
+        w.tell(Err(failed(why)));
     }
 }
 
-/// Records queued to be appended, and who waits for each.
+/// Records queued to be appended, reads queued to run on the writer
+/// (each may add a record), and who waits for each record.
 #[derive(Default)]
 struct Appends {
     calls: Vec<FinishedCall>,
     waiters: Vec<Done>,
+    reads: Vec<WriterRead>,
 }
 
 impl Appends {
-    fn push(&mut self, call: Box<FinishedCall>, done: Done) {
-        self.calls.push(*call);
-        self.waiters.push(done);
+    /// Queues an `Append` or a `Read`; returns any other message.
+    fn take(&mut self, msg: Msg) -> Option<Msg> {
+        match msg {
+            Msg::Append(call, done) => {
+                self.calls.push(*call);
+                self.waiters.push(done);
+                None
+            }
+            Msg::Read(read) => {
+                self.reads.push(read);
+                None
+            }
+            other => Some(other),
+        }
     }
 
     fn is_full(&self) -> bool {
-        self.calls.len() >= MAX_APPEND
+        self.calls.len() + self.reads.len() >= MAX_APPEND
     }
 
-    /// Takes every record queued now, up to [`MAX_APPEND`]; returns the
-    /// first other message it took off the queue.
+    /// Takes every record and read queued now, up to [`MAX_APPEND`];
+    /// returns the first other message it took off the queue.
     fn gather(&mut self, rx: &mpsc::Receiver<Msg>) -> Option<Msg> {
         while !self.is_full() {
             match rx.try_recv() {
-                Ok(Msg::Append(call, done)) => self.push(call, done),
-                Ok(other) => return Some(other),
+                Ok(msg) => {
+                    if let Some(other) = self.take(msg) {
+                        return Some(other);
+                    }
+                }
                 Err(_) => return None,
             }
         }
         None
+    }
+
+    /// Runs the queued reads on `c`, inside the open transaction; the
+    /// records they return join the queue. A read that panics is dropped
+    /// (its caller sees its answer gone) and the others still run.
+    fn run_reads(&mut self, c: Connection) -> Connection {
+        if self.reads.is_empty() {
+            return c;
+        }
+        let mut tx = Tx::Local(Local(c));
+        for read in self.reads.drain(..) {
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&mut tx)));
+            if let Ok(Some((call, deliver))) = ran {
+                self.calls.push(call);
+                self.waiters.push(Done::Read(deliver));
+            }
+        }
+        match tx {
+            Tx::Local(Local(c)) => c,
+            _ => unreachable!("a read cannot replace the writer's connection"),
+        }
     }
 
     /// [`Appends::gather`], then, while fewer than [`LINGER_UNTIL`] records
@@ -415,22 +530,55 @@ impl Appends {
         Ok(())
     }
 
-    /// Inserts and commits the records in a transaction of their own and
-    /// tells their callers; the connection back, unless its `synchronous`
-    /// could not be restored (then it is closed: the next use opens one).
-    fn commit_alone(self, c: Connection, records: RecordCommit) -> Option<Connection> {
+    /// Runs the queued reads, then those queued meanwhile, until no more
+    /// came (or another message did, kept in `carried`, or the queue is
+    /// full): the reads that arrive while others run share their commit.
+    fn run_reads_gathering(
+        &mut self,
+        mut c: Connection,
+        rx: &mpsc::Receiver<Msg>,
+        carried: &mut Option<Msg>,
+    ) -> Connection {
+        loop {
+            c = self.run_reads(c);
+            if carried.is_some() || self.is_full() {
+                return c;
+            }
+            *carried = self.gather(rx);
+            if self.reads.is_empty() {
+                return c;
+            }
+        }
+    }
+
+    /// Runs the queued reads and inserts and commits the records in a
+    /// transaction of their own, then tells their callers; the connection
+    /// back, unless its `synchronous` could not be restored (then it is
+    /// closed: the next use opens one). A message other than a record or a
+    /// read taken off the queue meanwhile is left in `carried`.
+    fn commit_alone(
+        mut self,
+        c: Connection,
+        records: RecordCommit,
+        rx: &mpsc::Receiver<Msg>,
+        carried: &mut Option<Msg>,
+    ) -> Option<Connection> {
         let relaxed = match records {
             RecordCommit::Relaxed { restore } => Some(restore),
             RecordCommit::Durable => None,
         };
-        let written = (|| {
-            if relaxed.is_some() {
-                sqlite::batch(&c, "PRAGMA synchronous = NORMAL")?;
-            }
-            sqlite::batch(&c, "BEGIN IMMEDIATE")?;
-            self.insert(&c)?;
-            sqlite::batch(&c, "COMMIT")
-        })();
+        let begun = match relaxed {
+            Some(_) => sqlite::batch(&c, "PRAGMA synchronous = NORMAL"),
+            None => Ok(()),
+        }
+        .and_then(|()| sqlite::batch(&c, "BEGIN IMMEDIATE"));
+        let c = match begun {
+            Ok(()) => self.run_reads_gathering(c, rx, carried),
+            Err(_) => c,
+        };
+        let written = begun
+            .and_then(|()| self.insert(&c))
+            .and_then(|()| sqlite::batch(&c, "COMMIT"));
         match written {
             Ok(()) => tell_committed(self.waiters),
             Err(e) => {
@@ -446,25 +594,28 @@ impl Appends {
         }
     }
 
-    /// Inserts the records into the open batch, in a savepoint of their
-    /// own; returns their callers, to be told with the batch. If the insert
+    /// Runs the queued reads in the open batch (after its jobs: they see
+    /// what the jobs kept, which commits with their records), then inserts
+    /// the records, in a savepoint of their own; returns the connection and
+    /// the records' callers, to be told with the batch. If the insert
     /// fails, only the records are undone and their callers told; if even
     /// that fails, the batch must fail (`Err`).
-    fn insert_in_batch(self, c: &Connection) -> Result<Vec<Done>, String> {
+    fn insert_in_batch(mut self, c: Connection) -> (Connection, Result<Vec<Done>, String>) {
+        let c = self.run_reads(c);
         if self.calls.is_empty() {
-            return Ok(Vec::new());
+            return (c, Ok(Vec::new()));
         }
-        let written = sqlite::batch(c, "SAVEPOINT writ_append")
-            .and_then(|()| self.insert(c))
-            .and_then(|()| sqlite::batch(c, "RELEASE writ_append"));
+        let written = sqlite::batch(&c, "SAVEPOINT writ_append")
+            .and_then(|()| self.insert(&c))
+            .and_then(|()| sqlite::batch(&c, "RELEASE writ_append"));
         let Err(e) = written else {
-            return Ok(self.waiters);
+            return (c, Ok(self.waiters));
         };
         let undone = c.execute_batch("ROLLBACK TO writ_append; RELEASE writ_append");
         self.fail(&e.to_string());
         match undone {
-            Ok(()) => Ok(Vec::new()),
-            Err(e) => Err(e.to_string()),
+            Ok(()) => (c, Ok(Vec::new())),
+            Err(e) => (c, Err(e.to_string())),
         }
     }
 
@@ -505,13 +656,20 @@ fn run_batch(
         return (None, batch.shutdown);
     };
     let appends = std::mem::take(&mut batch.appends);
-    match &batch.failed {
-        Some(why) => appends.fail(why),
-        None => match appends.insert_in_batch(&c) {
-            Ok(waiters) => batch.waiters.extend(waiters),
-            Err(why) => batch.failed = Some(why),
-        },
-    }
+    let c = match &batch.failed {
+        Some(why) => {
+            appends.fail(why);
+            c
+        }
+        None => {
+            let (c, inserted) = appends.insert_in_batch(c);
+            match inserted {
+                Ok(waiters) => batch.waiters.extend(waiters),
+                Err(why) => batch.failed = Some(why),
+            }
+            c
+        }
+    };
     let result = match &batch.failed {
         None => sqlite::batch(&c, "COMMIT"),
         Some(why) => Err(failed(why)),
@@ -591,7 +749,7 @@ impl Batch {
             match self.appends.gather(rx) {
                 Some(Msg::Begin(lease)) => next = Some(lease),
                 Some(Msg::Shutdown(done)) => self.shutdown = Some(done),
-                Some(Msg::Append(..)) | None => {}
+                Some(Msg::Append(..) | Msg::Read(_)) | None => {}
             }
         }
         Some(c)
@@ -781,30 +939,20 @@ mod tests {
         remove(&path);
     }
 
-    /// Records committed alone at `synchronous = NORMAL` are all kept, and
-    /// the connection is back at `FULL` for the next write. Records
-    /// announced and never appended (calls still reading, or gone) delay
-    /// no one's commit for long and stall nothing; every announcement is
-    /// taken back when its guard drops.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn relaxed_record_commits_restore_full_for_writes() {
-        use super::super::audit::NewCall;
+    /// A database file migrated with Writ's schema, with the table `t (k)`
+    /// and agent 1 (with token 1), whose calls [`call`] records.
+    async fn migrated_database() -> PathBuf {
         let path = database();
-        {
-            let options = sqlx::sqlite::SqliteConnectOptions::new()
-                .filename(&path)
-                .foreign_keys(false);
-            let pool = sqlx::sqlite::SqlitePoolOptions::new()
-                .max_connections(1)
-                .connect_with(options)
-                .await
-                .unwrap();
-            super::super::SQLITE_MIGRATIONS.run(&pool).await.unwrap();
-            pool.close().await;
-        }
-        let records = RecordCommit::for_synchronous("full", false);
-        assert_ne!(records, RecordCommit::Durable);
-        // Records of calls by agent 1, who must exist (foreign keys).
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .foreign_keys(false);
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .unwrap();
+        super::super::SQLITE_MIGRATIONS.run(&pool).await.unwrap();
+        pool.close().await;
         Connection::open(&path)
             .unwrap()
             .execute_batch(
@@ -814,9 +962,13 @@ mod tests {
                  VALUES (1, 1, 't', 'h', '', '2026-12-01T00:00:00.000000Z');",
             )
             .unwrap();
-        let writer = writer(&path, records);
-        let call = |k: i64| FinishedCall {
-            call: NewCall {
+        path
+    }
+
+    /// The record of agent 1's call `k` (request id `r{k}`).
+    fn call(k: i64) -> FinishedCall {
+        FinishedCall {
+            call: super::super::audit::NewCall {
                 called_at: format!("2026-12-01T00:00:{:02}.000000Z", k % 60),
                 via: "api",
                 agent_id: 1,
@@ -834,7 +986,108 @@ mod tests {
             native_status: 200,
             error_code: None,
             completed_at: "2026-12-01T00:00:00.000000Z".into(),
-        };
+        }
+    }
+
+    /// A read of [`Writer::read`]'s: that runs on the writer's connection,
+    /// counts the rows of `t` and, for an even `k`, returns its record
+    /// (call `k`) and is answered once that commit returned; an odd `k`
+    /// answers at once, with nothing recorded. The answer: the count seen
+    /// and whether the record was committed when the answer came.
+    fn counting_read(
+        path: &std::path::Path,
+        k: i64,
+    ) -> (WriterRead, oneshot::Receiver<StoreResult<(i64, bool)>>) {
+        let (answer, wait) = oneshot::channel();
+        let path = path.to_owned();
+        let read: WriterRead = Box::new(move |tx| {
+            let q = Query::select()
+                .expr(Expr::col("k").count())
+                .from("t")
+                .to_owned();
+            let seen = run_local(tx.fetch_one::<(i64,)>(&q)).expect("a local read never waits");
+            let seen = match seen {
+                Ok((n,)) => n,
+                Err(e) => {
+                    let _ = answer.send(Err(e));
+                    return None;
+                }
+            };
+            // The connection only reads.
+            assert!(run_local(tx.execute(&row(-1))).unwrap().is_err());
+            if k % 2 == 1 {
+                let _ = answer.send(Ok((seen, false)));
+                return None;
+            }
+            let deliver: Deliver = Box::new(move |committed| {
+                let sql = format!("SELECT COUNT(*) FROM tool_calls WHERE request_id = 'r{k}'");
+                let answered = committed.map(|()| (seen, count(&path, &sql) == 1));
+                let _ = answer.send(answered);
+            });
+            Some((call(k), deliver))
+        });
+        (read, wait)
+    }
+
+    /// Reads run on the writer's thread answer only once their record is
+    /// committed (another connection sees it), answer at once when they
+    /// record nothing, cannot write, see the jobs committed with them, and
+    /// a read that panics leaves the writer serving the others.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_on_the_writer_answer_after_their_record_commits() {
+        let path = migrated_database().await;
+        let writer = writer(&path, RecordCommit::for_synchronous("full", false));
+        let mut answers = Vec::new();
+        for k in 0..40i64 {
+            let (read, wait) = counting_read(&path, k);
+            writer.read(read).unwrap();
+            answers.push((k, wait));
+        }
+        for (k, wait) in answers {
+            let (seen, committed) = wait.await.unwrap().unwrap();
+            assert_eq!(seen, 0);
+            assert_eq!(committed, k % 2 == 0, "read {k}");
+        }
+        assert_eq!(count(&path, "SELECT COUNT(*) FROM tool_calls"), 20);
+
+        // A panicking read is dropped; the writer goes on.
+        let (answer, gone) = oneshot::channel::<()>();
+        writer
+            .read(Box::new(move |_| {
+                let _keep = answer;
+                panic!("a read that fails");
+            }))
+            .unwrap();
+        assert!(gone.await.is_err());
+
+        // A read queued while a job holds the connection runs in the job's
+        // batch, after it: it sees the job's row, committed with its
+        // record.
+        let mut job = Tx::Batch(writer.begin().await.unwrap());
+        job.execute(&row(7)).await.unwrap();
+        let (read, wait) = counting_read(&path, 100);
+        writer.read(read).unwrap();
+        job.commit().await.unwrap();
+        assert_eq!(wait.await.unwrap().unwrap(), (1, true));
+        assert_eq!(count(&path, "SELECT COUNT(*) FROM tool_calls"), 21);
+
+        writer.shutdown().await;
+        let (read, wait) = counting_read(&path, 102);
+        assert!(writer.read(read).is_err() || wait.await.is_err());
+        remove(&path);
+    }
+
+    /// Records committed alone at `synchronous = NORMAL` are all kept, and
+    /// the connection is back at `FULL` for the next write. Records
+    /// announced and never appended (calls still reading, or gone) delay
+    /// no one's commit for long and stall nothing; every announcement is
+    /// taken back when its guard drops.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn relaxed_record_commits_restore_full_for_writes() {
+        let path = migrated_database().await;
+        let records = RecordCommit::for_synchronous("full", false);
+        assert_ne!(records, RecordCommit::Durable);
+        let writer = writer(&path, records);
         for round in 0..5i64 {
             let never_coming: Vec<Expected> = (0..round).map(|_| writer.expect()).collect();
             let appends: Vec<_> = (0..20i64)

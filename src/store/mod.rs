@@ -208,6 +208,15 @@ impl Store {
         }
     }
 
+    /// SQLite's writer, which also runs reads on its own connection
+    /// ([`batch::Writer::read`]); `None` on PostgreSQL.
+    pub fn writer(&self) -> Option<&batch::Writer> {
+        match self {
+            Store::Sqlite(_, writer, _) => Some(writer),
+            Store::Postgres(..) => None,
+        }
+    }
+
     /// Applies the embedded migrations of this backend.
     pub async fn migrate(&self) -> anyhow::Result<()> {
         match self {
@@ -309,6 +318,10 @@ pub enum Tx {
     Postgres(pg_conns::Conn),
     /// A PostgreSQL connection outside a transaction.
     PostgresSingle(pg_conns::Conn),
+    /// SQLite's writer connection lent to a read run on the writer's own
+    /// thread ([`batch::Writer::read`]), inside the writer's open
+    /// transaction. Only reads; every statement completes at once.
+    Local(batch::Local),
 }
 
 impl Tx {
@@ -322,7 +335,7 @@ impl Tx {
     /// The engine of this transaction.
     pub fn backend(&self) -> Backend {
         match self {
-            Tx::Batch(_) | Tx::Inline(_) => Backend::Sqlite,
+            Tx::Batch(_) | Tx::Inline(_) | Tx::Local(_) => Backend::Sqlite,
             Tx::Postgres(_) | Tx::PostgresSingle(_) => Backend::Postgres,
         }
     }
@@ -332,6 +345,7 @@ impl Tx {
         Ok(match self {
             Tx::Batch(tx) => Ok(tx.conn()?),
             Tx::Inline(c) => Ok(c.conn()),
+            Tx::Local(c) => Ok(c.conn()),
             Tx::Postgres(c) | Tx::PostgresSingle(c) => Err(c),
         })
     }
@@ -378,7 +392,7 @@ impl Tx {
 
     /// Runs a statement and returns the number of rows it touched.
     pub async fn execute(&mut self, q: &impl Statement) -> StoreResult<u64> {
-        if let Tx::Inline(_) = self {
+        if let Tx::Inline(_) | Tx::Local(_) = self {
             return Err(inline::read_only());
         }
         let pg = match self.conn()? {
@@ -399,7 +413,7 @@ impl Tx {
             Tx::Batch(tx) => tx.commit().await,
             Tx::Inline(c) => c.commit(),
             Tx::Postgres(mut c) => c.commit().await,
-            Tx::PostgresSingle(_) => Ok(()),
+            Tx::PostgresSingle(_) | Tx::Local(_) => Ok(()),
         }
     }
 
@@ -411,7 +425,7 @@ impl Tx {
                 Ok(())
             }
             Tx::Postgres(mut c) => c.rollback().await,
-            Tx::Inline(_) | Tx::PostgresSingle(_) => Ok(()),
+            Tx::Inline(_) | Tx::PostgresSingle(_) | Tx::Local(_) => Ok(()),
         }
     }
 }
