@@ -464,20 +464,17 @@ pub async fn finish<T>(ctx: &Ctx, caller: &Caller, result: Result<T>, ok_status:
 }
 
 /// Runs an audited read that needs one snapshot and no write on SQLite's
-/// writer thread (`store::batch::Writer::read`): `read` runs there, on the
-/// writer's connection, whose page cache stays warm and which needs no
-/// lock of its own, and when it succeeds the call's record, with
-/// `ok_status`, is committed with the records queued beside it before the
-/// answer comes back: one hand-off to the writer per read instead of a
-/// read connection's locks and page reloads, then a hand-off for the
-/// record. A refusal comes back at once, with nothing written: [`finish`]
-/// records it as any refusal (after the token check). `None` when this
-/// does not apply (PostgreSQL, an unaudited caller, a record already
-/// written or in a transaction): use [`open`].
+/// writer (`store::batch::Writer::read`): `read` runs there, on the
+/// writer's connection, and when it succeeds the call's record, with
+/// `ok_status`, is committed before the answer comes back. A refusal comes
+/// back at once, with nothing written: [`finish`] records it as any
+/// refusal (after the token check). `None` when this does not apply
+/// (PostgreSQL, an unaudited caller, a record already written or in a
+/// transaction): use [`open`].
 ///
-/// `read` runs on the writer's thread: it must only run statements on the
-/// transaction it is given (`store::batch::run_local`), never wait for
-/// anything else.
+/// `read` runs on the writer's thread: it may only run statements on the
+/// transaction it is given, which complete at once (drive them with
+/// `store::batch::run_local`), and never wait for anything else.
 pub async fn read_on_writer<T: Send + 'static>(
     ctx: &Ctx,
     caller: &Caller,

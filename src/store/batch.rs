@@ -319,14 +319,10 @@ impl Writer {
     }
 
     /// Runs `read` on the writer's thread and connection, in the writer's
-    /// next transaction, with the records queued beside it: the record it
-    /// returns is inserted and committed there (relaxed, as any record of
-    /// a call that changed nothing) before its answer is delivered. The
-    /// connection's page cache stays warm (only this connection writes),
-    /// where a read connection's is dropped after every commit, and the
-    /// read needs no lock of its own; reads queued together are run one
-    /// after the other, and their records committed together. Fails when
-    /// the writer is gone (the read never ran).
+    /// next transaction; the record it returns is committed there with the
+    /// records queued beside it (relaxed, as any record of a call that
+    /// changed nothing) before its answer is delivered (see the module's
+    /// doc). Fails when the writer is gone (the read never ran).
     pub fn read(&self, read: WriterRead) -> StoreResult<()> {
         self.tx.send(Msg::Read(read)).map_err(|_| writer_gone())
     }
