@@ -47,10 +47,23 @@
 //!
 //! Without group commit ([`Writer::start`] with a batch of one), each job
 //! is committed alone, the same way.
+//!
+//! The writer does not checkpoint the WAL itself: SQLite's automatic
+//! checkpoint runs inside the `COMMIT` that crosses its threshold (1000
+//! frames, every ~125 small commits here), and for its ~4 ms every caller
+//! queued behind that commit waited. Instead the writer's connection
+//! notes the WAL's size after each commit ([`Connection::wal_hook`], which
+//! replaces the automatic checkpoint) and, from [`CHECKPOINT_FRAMES`] on,
+//! wakes a thread of its own ([`Checkpointer`]) that runs the same passive
+//! checkpoint on another connection while the writer goes on (SQLite lets
+//! a checkpoint and a write transaction run at once). Once the checkpoint
+//! has copied every frame, the writer's next transaction starts the WAL
+//! over from its beginning, as after an automatic checkpoint.
 
+use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -74,6 +87,107 @@ const LINGER_UNTIL: usize = 8;
 /// How long the writer waits for more records before it commits records
 /// alone (the timer's slack comes on top).
 const LINGER: Duration = Duration::from_micros(100);
+
+/// The WAL's size, in frames, from which the writer has it checkpointed
+/// (SQLite's own automatic checkpoint threshold).
+pub const CHECKPOINT_FRAMES: i32 = 1000;
+
+thread_local! {
+    /// The WAL's size in frames after the last commit on this thread's
+    /// writer connection (set by [`note_wal_frames`], taken by
+    /// [`Checkpointer::after_commit`]; -1: no commit since).
+    static WAL_FRAMES: Cell<i32> = const { Cell::new(-1) };
+}
+
+/// The writer connection's WAL hook: notes the WAL's size (SQLite calls it
+/// after each commit, on the committing thread, which is the writer's).
+fn note_wal_frames(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.set(frames);
+    Ok(())
+}
+
+/// Checkpoints the WAL of one database file in two steps (see the module's
+/// doc): the bulk on a thread and a connection of its own, then the rest
+/// on the writer's connection.
+struct Checkpointer {
+    wake: mpsc::SyncSender<()>,
+    /// A checkpoint asked of the thread and not finished.
+    running: Arc<AtomicBool>,
+    /// A checkpoint was asked of the thread since the WAL last started over
+    /// (the writer's own state).
+    asked: Cell<bool>,
+}
+
+impl Checkpointer {
+    /// Opens its connection (as the writer's) and starts its thread; it
+    /// ends when this is dropped.
+    fn start(config: &WriterConfig) -> StoreResult<Checkpointer> {
+        let conn = sqlite::open(
+            &config.path,
+            Role::Write {
+                synchronous: config.synchronous,
+            },
+        )?;
+        let (wake, woken) = mpsc::sync_channel::<()>(1);
+        let running = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&running);
+        std::thread::Builder::new()
+            .name("writ-sqlite-checkpoint".into())
+            .spawn(move || {
+                while woken.recv().is_ok() {
+                    checkpoint(&conn, "background");
+                    flag.store(false, Ordering::Release);
+                }
+            })
+            .map_err(StoreError::Io)?;
+        Ok(Checkpointer {
+            wake,
+            running,
+            asked: Cell::new(false),
+        })
+    }
+
+    /// Called on the writer's thread between transactions. After a commit
+    /// that left the WAL at [`CHECKPOINT_FRAMES`] or more: the first time,
+    /// asks the thread for a checkpoint; once that one is done, runs a
+    /// checkpoint on `conn`, which copies only the frames committed since,
+    /// so that the writer's next transaction starts the WAL over. A WAL
+    /// back under the threshold (started over) starts again.
+    fn after_commit(&self, conn: Option<&Connection>) {
+        let frames = WAL_FRAMES.replace(-1);
+        if frames < 0 {
+            return;
+        }
+        if frames < CHECKPOINT_FRAMES {
+            self.asked.set(false);
+        } else if !self.asked.get() {
+            self.running.store(true, Ordering::Release);
+            if self.wake.try_send(()).is_ok() {
+                self.asked.set(true);
+            } else {
+                self.running.store(false, Ordering::Release);
+            }
+        } else if !self.running.load(Ordering::Acquire)
+            && let Some(conn) = conn
+        {
+            checkpoint(conn, "writer");
+            self.asked.set(false);
+        }
+    }
+}
+
+/// One passive checkpoint on `conn`: copies what it can of the WAL into
+/// the database file (a reader's snapshot may hold frames back), without
+/// waiting for the writer.
+fn checkpoint(conn: &Connection, on: &'static str) {
+    let ran = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+    });
+    metrics::counter!("writ_sqlite_checkpoints_total", "on" => on).increment(1);
+    if let Err(e) = ran {
+        tracing::warn!(error = %e, on, "WAL checkpoint failed");
+    }
+}
 
 /// How a transaction holding only records of calls that changed nothing is
 /// committed (see the module's doc).
@@ -281,12 +395,13 @@ impl Writer {
     /// Opens the write connection and starts the writer's thread.
     pub fn start(config: WriterConfig) -> StoreResult<Writer> {
         let conn = open(&config)?;
+        let checkpointer = Checkpointer::start(&config)?;
         let (tx, rx) = mpsc::channel();
         let expected = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&expected);
         std::thread::Builder::new()
             .name("writ-sqlite-writer".into())
-            .spawn(move || run(config, conn, rx, &counted))
+            .spawn(move || run(config, conn, rx, &counted, &checkpointer))
             .map_err(StoreError::Io)?;
         Ok(Writer { tx, expected })
     }
@@ -336,21 +451,32 @@ impl Writer {
     }
 }
 
+/// The writer's connection, its WAL hook in place of the automatic
+/// checkpoint.
 fn open(config: &WriterConfig) -> StoreResult<Connection> {
-    sqlite::open(
+    let conn = sqlite::open(
         &config.path,
         Role::Write {
             synchronous: config.synchronous,
         },
-    )
+    )?;
+    conn.wal_hook(Some(note_wal_frames));
+    Ok(conn)
 }
 
 /// The writer's loop, on its own thread.
-fn run(config: WriterConfig, conn: Connection, rx: mpsc::Receiver<Msg>, expected: &AtomicUsize) {
+fn run(
+    config: WriterConfig,
+    conn: Connection,
+    rx: mpsc::Receiver<Msg>,
+    expected: &AtomicUsize,
+    checkpointer: &Checkpointer,
+) {
     let mut conn = Some(conn);
     // A message taken off the queue while gathering records, handled next.
     let mut carried: Option<Msg> = None;
     loop {
+        checkpointer.after_commit(conn.as_ref());
         let msg = match carried.take() {
             Some(msg) => msg,
             None => match rx.recv() {
@@ -585,7 +711,7 @@ impl Appends {
             }
         }
         match relaxed {
-            Some(restore) => c.execute_batch(restore).ok().map(|()| c),
+            Some(restore) => sqlite::batch(&c, restore).ok().map(|()| c),
             None => Some(c),
         }
     }
@@ -1070,6 +1196,43 @@ mod tests {
         writer.shutdown().await;
         let (read, wait) = counting_read(&path, 102);
         assert!(writer.read(read).is_err() || wait.await.is_err());
+        remove(&path);
+    }
+
+    /// The writer's WAL is checkpointed although SQLite's automatic
+    /// checkpoint is off on its connection: commits that would grow it to
+    /// ~4000 frames leave it started over, never past a little more than
+    /// [`CHECKPOINT_FRAMES`], with every row in the database.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_wal_is_checkpointed_and_started_over_beside_the_writer() {
+        let path = database();
+        let writer = writer(&path, RecordCommit::Durable);
+        let mut job = writer.begin().await.unwrap();
+        job.conn()
+            .unwrap()
+            .execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")
+            .unwrap();
+        job.commit().await.unwrap();
+        // 16 pages a commit: 250 commits write ~4000 frames.
+        for _ in 0..250 {
+            let mut job = writer.begin().await.unwrap();
+            job.conn()
+                .unwrap()
+                .execute("INSERT INTO blobs (b) VALUES (zeroblob(65536))", [])
+                .unwrap();
+            job.commit().await.unwrap();
+        }
+        let wal = std::fs::metadata(format!("{}-wal", path.display()))
+            .unwrap()
+            .len();
+        let frame = 4096 + 24;
+        assert!(
+            wal < 2 * CHECKPOINT_FRAMES as u64 * frame,
+            "the WAL grew to {} frames",
+            wal / frame
+        );
+        assert_eq!(count(&path, "SELECT COUNT(*) FROM blobs"), 250);
+        writer.shutdown().await;
         remove(&path);
     }
 

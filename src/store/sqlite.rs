@@ -110,9 +110,12 @@ pub fn execute(conn: &Connection, sql: &str, values: &[Value]) -> StoreResult<u6
     Ok(changed as u64)
 }
 
-/// Runs fixed SQL text (transaction control, pragmas).
+/// Runs one statement of fixed SQL text that returns no rows (transaction
+/// control, pragmas), prepared once per connection: the writer runs four
+/// of them per commit, and parsing each anew cost more than running it.
 pub fn batch(conn: &Connection, sql: &str) -> StoreResult<()> {
-    conn.execute_batch(sql).map_err(error)
+    let mut stmt = conn.prepare_cached(sql).map_err(error)?;
+    stmt.raw_execute().map(drop).map_err(error)
 }
 
 /// A rusqlite error as the store's error type: a failure reported by
