@@ -122,12 +122,7 @@ impl Checkpointer {
     /// Opens its connection (as the writer's) and starts its thread; it
     /// ends when this is dropped.
     fn start(config: &WriterConfig) -> StoreResult<Checkpointer> {
-        let conn = sqlite::open(
-            &config.path,
-            Role::Write {
-                synchronous: config.synchronous,
-            },
-        )?;
+        let conn = connect(config)?;
         let (wake, woken) = mpsc::sync_channel::<()>(1);
         let running = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&running);
@@ -451,15 +446,20 @@ impl Writer {
     }
 }
 
-/// The writer's connection, its WAL hook in place of the automatic
-/// checkpoint.
-fn open(config: &WriterConfig) -> StoreResult<Connection> {
-    let conn = sqlite::open(
+/// A write connection to the file, as configured.
+fn connect(config: &WriterConfig) -> StoreResult<Connection> {
+    sqlite::open(
         &config.path,
         Role::Write {
             synchronous: config.synchronous,
         },
-    )?;
+    )
+}
+
+/// The writer's connection, its WAL hook in place of the automatic
+/// checkpoint.
+fn open(config: &WriterConfig) -> StoreResult<Connection> {
+    let conn = connect(config)?;
     conn.wal_hook(Some(note_wal_frames));
     Ok(conn)
 }
