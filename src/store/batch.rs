@@ -157,11 +157,12 @@ impl Checkpointer {
             self.asked.set(false);
         } else if !self.asked.get() {
             self.running.store(true, Ordering::Release);
-            if self.wake.try_send(()).is_ok() {
-                self.asked.set(true);
-            } else {
+            if self.wake.try_send(()).is_err() {
+                // The thread is gone: the writer's own step, at the next
+                // commit, copies the whole WAL (as SQLite's checkpoint did).
                 self.running.store(false, Ordering::Release);
             }
+            self.asked.set(true);
         } else if !self.running.load(Ordering::Acquire)
             && let Some(conn) = conn
         {
