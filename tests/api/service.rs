@@ -2,7 +2,7 @@
 
 use reqwest::Method;
 
-use crate::helpers::{Auth, Body, OTHER_DIGEST, TestApp, confirm_body, grant_path};
+use crate::helpers::{Auth, Backend, Body, OTHER_DIGEST, TestApp, confirm_body, grant_path};
 use crate::world::{OWNER, REPO, World, new_key, submit_body};
 
 both_backends!(health_metrics_and_openapi);
@@ -36,6 +36,50 @@ async fn health_metrics_and_openapi(app: TestApp) {
             .any(|p| p.starts_with("/api/v1/repos/") && p.ends_with("/confirm"))
     );
     assert!(paths.keys().any(|p| p.starts_with("/api/v1/admin/users")));
+}
+
+both_backends!(sqlite_checkpoints_run_beside_the_writer);
+/// Enough audited grant reads to grow SQLite's WAL past 1000 frames (each
+/// read commits its record): the WAL is checkpointed by the writer's own
+/// checkpointer, in two steps (a background thread, then the writer), as
+/// `/metrics` shows; the answers are unaffected. PostgreSQL has no such
+/// counter.
+async fn sqlite_checkpoints_run_beside_the_writer(app: TestApp) {
+    let world = World::new(&app).await;
+    let id = world.prepare("Checkpoints").await;
+    let path = grant_path(OWNER, REPO, id);
+    for _ in 0..500 {
+        app.get(&path, Auth::Token(&world.bot))
+            .await
+            .assert_status(200);
+    }
+    let counted = |body: &str, on: &str| {
+        body.lines()
+            .any(|l| l.starts_with("writ_sqlite_checkpoints_total") && l.contains(on))
+    };
+    let mut body = String::new();
+    for _ in 0..50 {
+        body = app.get("/metrics", Auth::None).await.body;
+        if app.backend == Backend::Postgres
+            || (counted(&body, r#"on="background""#) && counted(&body, r#"on="writer""#))
+        {
+            break;
+        }
+        // The writer takes its step after the next commit.
+        app.get(&path, Auth::Token(&world.bot))
+            .await
+            .assert_status(200);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    match app.backend {
+        Backend::Sqlite => {
+            assert!(counted(&body, r#"on="background""#), "{body}");
+            assert!(counted(&body, r#"on="writer""#), "{body}");
+        }
+        Backend::Postgres => {
+            assert!(!body.contains("writ_sqlite_checkpoints_total"), "{body}");
+        }
+    }
 }
 
 both_backends!(api_routes_never_redirect);
