@@ -56,9 +56,12 @@
 //! replaces the automatic checkpoint) and, from [`CHECKPOINT_FRAMES`] on,
 //! wakes a thread of its own ([`Checkpointer`]) that runs the same passive
 //! checkpoint on another connection while the writer goes on (SQLite lets
-//! a checkpoint and a write transaction run at once). Once the checkpoint
-//! has copied every frame, the writer's next transaction starts the WAL
-//! over from its beginning, as after an automatic checkpoint.
+//! a checkpoint and a write transaction run at once). When that is done,
+//! the writer checkpoints the few frames committed meanwhile itself,
+//! between two transactions, so that its next transaction finds every
+//! frame copied and starts the WAL over, as after an automatic checkpoint
+//! (a restart needs that, and the writer begins again right after each
+//! commit, so the thread alone never gets there).
 
 use std::cell::Cell;
 use std::path::PathBuf;

@@ -114,8 +114,7 @@ pub fn execute(conn: &Connection, sql: &str, values: &[Value]) -> StoreResult<u6
 /// control, pragmas), prepared once per connection: the writer runs four
 /// of them per commit, and parsing each anew cost more than running it.
 pub fn batch(conn: &Connection, sql: &str) -> StoreResult<()> {
-    let mut stmt = conn.prepare_cached(sql).map_err(error)?;
-    stmt.raw_execute().map(drop).map_err(error)
+    execute(conn, sql, &[]).map(drop)
 }
 
 /// A rusqlite error as the store's error type: a failure reported by
