@@ -155,6 +155,42 @@ pub async fn create_postgres_database() -> (String, DbGuard) {
     (url, DbGuard::Postgres { admin_url, name })
 }
 
+/// Migrates a fresh test database with Writ's own migrations only up to
+/// `version`, as an older Writ left it, then runs `sql` there.
+pub async fn migrate_to(url: &str, version: i64, sql: &[&str]) {
+    let mut conn = if url.starts_with("sqlite:") {
+        use std::str::FromStr as _;
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
+            .expect("SQLite test URL")
+            .create_if_missing(true);
+        let conn = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .expect("create the SQLite test database");
+        SqlConn::Sqlite(conn)
+    } else {
+        SqlConn::connect(url).await
+    };
+    match &mut conn {
+        SqlConn::Sqlite(c) => {
+            sqlx::migrate!("migrations/sqlite")
+                .run_to(version, &mut *c)
+                .await
+        }
+        SqlConn::Postgres(c) => {
+            sqlx::migrate!("migrations/postgres")
+                .run_to(version, &mut *c)
+                .await
+        }
+    }
+    .unwrap_or_else(|e| panic!("migrate to {version}: {e}"));
+    for statement in sql {
+        if let Err(e) = conn.execute(statement).await {
+            panic!("{statement}: {e}");
+        }
+    }
+    conn.close().await;
+}
+
 pub fn sqlite_database() -> (String, DbGuard) {
     let path = std::env::temp_dir().join(format!("writ-{}.db", uuid::Uuid::new_v4()));
     (

@@ -11,7 +11,7 @@ use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::db::{DbGuard, create_postgres_database, sqlite_database};
+use crate::db::{DbGuard, create_postgres_database, migrate_to, sqlite_database};
 
 /// Login and password of the admin every test app is bootstrapped with.
 pub const ADMIN_LOGIN: &str = "root";
@@ -29,6 +29,14 @@ pub enum Backend {
 
 /// The PostgreSQL admin URL from `WRIT_TEST_POSTGRES_URL`, if set.
 pub use crate::db::postgres_admin_url;
+
+/// A fresh database of `backend`: its URL and the guard that removes it.
+async fn new_database(backend: Backend) -> (String, DbGuard) {
+    match backend {
+        Backend::Sqlite => sqlite_database(),
+        Backend::Postgres => create_postgres_database().await,
+    }
+}
 
 /// Reports a skipped PostgreSQL test; fails it instead when
 /// `WRIT_TEST_REQUIRE_POSTGRES` is set (as CI does).
@@ -222,16 +230,33 @@ impl TestApp {
         backend: Backend,
         configure: impl FnOnce(&mut writ::Config),
     ) -> TestApp {
+        let (database_url, db) = new_database(backend).await;
+        TestApp::spawn_on(backend, database_url, db, configure).await
+    }
+
+    /// Like [`TestApp::spawn`], on a database first migrated only up to
+    /// `version` and given `sql` there (as an older Writ left it): Writ
+    /// then opens it and runs the later migrations, as an upgrade does.
+    pub async fn spawn_upgraded(backend: Backend, version: i64, sql: &[&str]) -> TestApp {
+        let (database_url, db) = new_database(backend).await;
+        migrate_to(&database_url, version, sql).await;
+        TestApp::spawn_on(backend, database_url, db, |_| {}).await
+    }
+
+    /// Opens Writ on `database_url` (removed with `db`), serves it, and
+    /// bootstraps the admin.
+    async fn spawn_on(
+        backend: Backend,
+        database_url: String,
+        db: DbGuard,
+        configure: impl FnOnce(&mut writ::Config),
+    ) -> TestApp {
         init_logs();
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
         let port = listener.local_addr().expect("local addr").port();
         let base = format!("http://127.0.0.1:{port}");
-        let (database_url, db) = match backend {
-            Backend::Sqlite => sqlite_database(),
-            Backend::Postgres => create_postgres_database().await,
-        };
         let mut config = writ::Config {
             database_url,
             bind: format!("127.0.0.1:{port}"),
