@@ -13,17 +13,18 @@
 /// `both_backends!(name);` next to `async fn name(app: TestApp) { ... }`
 /// generates the module `name` with the tests `sqlite` and `postgres`, each
 /// on a fresh app and database. `both_backends!(name, |config| ...)` first
-/// adjusts the app's `writ::Config`.
+/// adjusts the app's `writ::Config`; `both_backends!(name, spawn = f)` gets
+/// the app from `f(backend)` (a future; it is expanded inside the module,
+/// so names of the test file are `super::` there) instead.
 macro_rules! both_backends {
     ($name:ident) => {
         both_backends!($name, |_config| {});
     };
-    ($name:ident, $configure:expr) => {
+    ($name:ident, spawn = $spawn:expr) => {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                let backend = crate::helpers::Backend::Sqlite;
-                let app = crate::helpers::TestApp::spawn_with(backend, $configure).await;
+                let app = ($spawn)(crate::helpers::Backend::Sqlite).await;
                 crate::helpers::within_time_limit(super::$name(app)).await;
             }
 
@@ -33,11 +34,16 @@ macro_rules! both_backends {
                     crate::helpers::skip_postgres();
                     return;
                 }
-                let backend = crate::helpers::Backend::Postgres;
-                let app = crate::helpers::TestApp::spawn_with(backend, $configure).await;
+                let app = ($spawn)(crate::helpers::Backend::Postgres).await;
                 crate::helpers::within_time_limit(super::$name(app)).await;
             }
         }
+    };
+    ($name:ident, $configure:expr) => {
+        both_backends!(
+            $name,
+            spawn = |backend| { crate::helpers::TestApp::spawn_with(backend, $configure) }
+        );
     };
 }
 

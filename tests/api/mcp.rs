@@ -11,7 +11,7 @@ use reqwest::{Client, Method};
 use serde_json::{Value, json};
 
 use crate::db::SqlConn;
-use crate::helpers::{Auth, Body, OTHER_DIGEST, Resp, TestApp, grant_path, plain_client};
+use crate::helpers::{Auth, Backend, Body, OTHER_DIGEST, Resp, TestApp, grant_path, plain_client};
 use crate::world::{
     ALICE, ALL_SCOPES, BOT, BOT_SCOPES, OWNER, REPO, RIVAL, World, keys_of, new_key, submit_body,
     submit_path,
@@ -2073,119 +2073,100 @@ async fn audit_records_every_call_and_never_a_value(app: TestApp) {
     .assert_error(403, "forbidden");
 }
 
-/// An audit record as Writ before migration 0010 wrote it (its id left to
-/// the engine).
-const OLD_RECORD: &str = "INSERT INTO tool_calls (called_at, via, agent_id, agent_login, \
+/// Two audit records as Writ before migration 0010 wrote them (their ids
+/// left to the engine).
+const OLD_RECORDS: &str = "INSERT INTO tool_calls (called_at, via, agent_id, agent_login, \
      token_id, tool, repository, decision, matched_grant, reason, rpc_id, request_id, \
      arg_names, native_status, error_code, completed_at) VALUES \
      ('2026-01-01T00:00:00.000000Z', 'api', 999, 'old-bot', 1, 'get_agent_work_grant', \
-     'acme/widgets', 'allow', NULL, 'native_api', NULL, 'REQ', '[\"grant_id\"]', 200, NULL, \
+     'acme/widgets', 'allow', NULL, 'native_api', NULL, 'old-1', '[\"grant_id\"]', 200, NULL, \
+     '2026-01-01T00:00:00.000001Z'), \
+     ('2026-01-01T00:00:00.000000Z', 'api', 999, 'old-bot', 1, 'get_agent_work_grant', \
+     'acme/widgets', 'allow', NULL, 'native_api', NULL, 'old-2', '[\"grant_id\"]', 200, NULL, \
      '2026-01-01T00:00:00.000001Z')";
 
-mod audit_records_survive_migration_0010 {
-    use super::*;
+both_backends!(
+    audit_records_survive_migration_0010,
+    spawn =
+        |backend| { crate::helpers::TestApp::spawn_upgraded(backend, 9, &[super::OLD_RECORDS]) }
+);
+/// Records written before migration 0010 (which drops the per-agent index
+/// and, on SQLite, AUTOINCREMENT by rebuilding the table) keep their ids
+/// and columns; the next record's id comes after theirs; the table stays
+/// append-only and the reporting view reads it.
+async fn audit_records_survive_migration_0010(app: TestApp) {
+    let old = audit_rows(&app).await;
+    assert_eq!(old.len(), 2, "{old:?}");
+    let ids: Vec<i64> = old
+        .iter()
+        .map(|r| col(r, "id").unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids, [1, 2]);
+    assert_eq!(col(&old[0], "request_id"), Some("old-1"));
+    assert_eq!(col(&old[1], "request_id"), Some("old-2"));
+    assert_eq!(col(&old[1], "agent_login"), Some("old-bot"));
+    assert_eq!(col(&old[1], "arg_names"), Some("[\"grant_id\"]"));
+    assert_eq!(col(&old[1], "native_status"), Some("200"));
+    assert_eq!(
+        col(&old[1], "completed_at"),
+        Some("2026-01-01T00:00:00.000001Z")
+    );
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sqlite() {
-        run(crate::helpers::Backend::Sqlite).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn postgres() {
-        if crate::helpers::postgres_admin_url().is_none() {
-            crate::helpers::skip_postgres();
-            return;
-        }
-        run(crate::helpers::Backend::Postgres).await;
-    }
-
-    /// Records written before migration 0010 (which drops the per-agent
-    /// index and, on SQLite, AUTOINCREMENT by rebuilding the table) keep
-    /// their ids and columns; the next record's id comes after theirs; the
-    /// table stays append-only and the reporting view reads it.
-    async fn run(backend: crate::helpers::Backend) {
-        let (first, second) = (
-            OLD_RECORD.replace("REQ", "old-1"),
-            OLD_RECORD.replace("REQ", "old-2"),
-        );
-        let app = TestApp::spawn_upgraded(backend, 9, &[&first, &second]).await;
-        crate::helpers::within_time_limit(check(app)).await;
-    }
-
-    async fn check(app: TestApp) {
-        let old = audit_rows(&app).await;
-        assert_eq!(old.len(), 2, "{old:?}");
-        let ids: Vec<i64> = old
-            .iter()
-            .map(|r| col(r, "id").unwrap().parse().unwrap())
-            .collect();
-        assert_eq!(ids, [1, 2]);
-        assert_eq!(col(&old[0], "request_id"), Some("old-1"));
-        assert_eq!(col(&old[1], "request_id"), Some("old-2"));
-        assert_eq!(col(&old[1], "agent_login"), Some("old-bot"));
-        assert_eq!(col(&old[1], "arg_names"), Some("[\"grant_id\"]"));
-        assert_eq!(col(&old[1], "native_status"), Some("200"));
-        assert_eq!(
-            col(&old[1], "completed_at"),
-            Some("2026-01-01T00:00:00.000001Z")
-        );
-
-        let mut conn = SqlConn::connect(&app.database_url()).await;
-        let (indexes, table) = match app.backend {
-            crate::helpers::Backend::Sqlite => (
-                "SELECT name FROM sqlite_master WHERE type = 'index' \
-                 AND tbl_name = 'tool_calls' ORDER BY name",
-                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'tool_calls'",
-            ),
-            crate::helpers::Backend::Postgres => (
-                "SELECT indexname::text FROM pg_indexes WHERE tablename = 'tool_calls' \
-                 AND schemaname = current_schema() ORDER BY indexname",
-                "SELECT 'an identity column'",
-            ),
-        };
-        let names: Vec<String> = conn
-            .text_rows(indexes)
-            .await
-            .into_iter()
-            .map(|r| r[0].clone().unwrap())
-            .collect();
-        let expected: &[&str] = match app.backend {
-            crate::helpers::Backend::Sqlite => &["tool_calls_called_at"],
-            crate::helpers::Backend::Postgres => &["tool_calls_called_at", "tool_calls_pkey"],
-        };
-        assert_eq!(names, expected);
+    let mut conn = SqlConn::connect(&app.database_url()).await;
+    let sqlite = app.backend == Backend::Sqlite;
+    let indexes = if sqlite {
+        "SELECT name FROM sqlite_master WHERE type = 'index' \
+         AND tbl_name = 'tool_calls' ORDER BY name"
+    } else {
+        "SELECT indexname::text FROM pg_indexes WHERE tablename = 'tool_calls' \
+         AND schemaname = current_schema() ORDER BY indexname"
+    };
+    let names: Vec<String> = conn
+        .text_rows(indexes)
+        .await
+        .into_iter()
+        .map(|r| r[0].clone().unwrap())
+        .collect();
+    let expected: &[&str] = if sqlite {
+        &["tool_calls_called_at"]
+    } else {
+        &["tool_calls_called_at", "tool_calls_pkey"]
+    };
+    assert_eq!(names, expected);
+    if sqlite {
+        let table = "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'tool_calls'";
         let sql = conn.text_rows(table).await[0][0].clone().unwrap();
         assert!(!sql.contains("AUTOINCREMENT"), "{sql}");
-
-        // A new record comes after the old ones.
-        let world = World::new(&app).await;
-        let id = world.prepare("After the upgrade").await;
-        world.read(id).await.assert_status(200);
-        let rows = audit_rows(&app).await;
-        assert_eq!(rows.len(), 3, "{rows:?}");
-        assert_eq!(col(&rows[2], "id"), Some("3"));
-        assert_eq!(col(&rows[2], "agent_login"), Some(BOT));
-        assert_eq!(col(&rows[2], "native_status"), Some("200"));
-
-        // Still append-only, and the view reads every record.
-        let refused = conn.execute("DELETE FROM tool_calls WHERE id = 1").await;
-        assert!(refused.unwrap_err().contains("never deleted"));
-        let refused = conn
-            .execute("UPDATE tool_calls SET agent_login = 'x' WHERE id = 2")
-            .await;
-        assert!(refused.unwrap_err().contains("only gain their outcome"));
-        let view = conn
-            .text_rows(
-                "SELECT CAST(call_id AS TEXT), request_id FROM report_tool_calls_v1 \
-                 ORDER BY call_id",
-            )
-            .await;
-        assert_eq!(view.len(), 3);
-        assert_eq!(view[0], [Some("1".to_owned()), Some("old-1".to_owned())]);
-        assert_eq!(view[1], [Some("2".to_owned()), Some("old-2".to_owned())]);
-        assert_eq!(view[2][0].as_deref(), Some("3"));
-        conn.close().await;
     }
+
+    // A new record comes after the old ones.
+    let world = World::new(&app).await;
+    let id = world.prepare("After the upgrade").await;
+    world.read(id).await.assert_status(200);
+    let rows = audit_rows(&app).await;
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(col(&rows[2], "id"), Some("3"));
+    assert_eq!(col(&rows[2], "agent_login"), Some(BOT));
+    assert_eq!(col(&rows[2], "native_status"), Some("200"));
+
+    // Still append-only, and the view reads every record.
+    let refused = conn.execute("DELETE FROM tool_calls WHERE id = 1").await;
+    assert!(refused.unwrap_err().contains("never deleted"));
+    let refused = conn
+        .execute("UPDATE tool_calls SET agent_login = 'x' WHERE id = 2")
+        .await;
+    assert!(refused.unwrap_err().contains("only gain their outcome"));
+    let view = conn
+        .text_rows(
+            "SELECT CAST(call_id AS TEXT), request_id FROM report_tool_calls_v1 \
+             ORDER BY call_id",
+        )
+        .await;
+    assert_eq!(view.len(), 3);
+    assert_eq!(view[0], [Some("1".to_owned()), Some("old-1".to_owned())]);
+    assert_eq!(view[1], [Some("2".to_owned()), Some("old-2".to_owned())]);
+    assert_eq!(view[2][0].as_deref(), Some("3"));
+    conn.close().await;
 }
 
 both_backends!(audit_rows_are_append_only);
