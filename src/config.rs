@@ -34,6 +34,13 @@ pub struct Config {
     /// default: a killed process loses none; a power loss can lose the last
     /// ones). See docs/decisions.md.
     pub sqlite_durable_read_records: bool,
+    /// PostgreSQL: whether the audit records of calls that changed nothing
+    /// (reads, refusals), each appended in a statement of its own, wait for
+    /// the WAL flush (`true`), or commit with `synchronous_commit = off`
+    /// (`false`, the default: a killed Writ process loses none; a crash of
+    /// the PostgreSQL server can lose the last ones, never a write). See
+    /// docs/decisions.md.
+    pub postgres_durable_read_records: bool,
     /// Maximum pooled database connections.
     pub max_connections: u32,
     /// Sliding lifetime of a browser session, in seconds.
@@ -69,6 +76,7 @@ impl Default for Config {
             sqlite_synchronous: "full".to_owned(),
             sqlite_group_commit: true,
             sqlite_durable_read_records: false,
+            postgres_durable_read_records: false,
             max_connections: 16,
             session_idle_seconds: 7 * 24 * 3600,
             session_absolute_seconds: 30 * 24 * 3600,
@@ -145,6 +153,10 @@ impl fmt::Debug for Config {
             .field(
                 "sqlite_durable_read_records",
                 &self.sqlite_durable_read_records,
+            )
+            .field(
+                "postgres_durable_read_records",
+                &self.postgres_durable_read_records,
             )
             .field("max_connections", &self.max_connections)
             .finish_non_exhaustive()

@@ -64,9 +64,27 @@ pub enum Store {
     /// ([`inline`]); statements run through rusqlite ([`sqlite`]).
     Sqlite(SqlitePool, batch::Writer, Arc<inline::Readers>),
     /// PostgreSQL (row locks and constraints guard every invariant): the
-    /// connections every use case runs on ([`pg_conns`]), and sqlx's pool
-    /// for the migrations and the report streams.
-    Postgres(PgPool, Arc<pg_conns::Conns>),
+    /// connections every use case runs on ([`pg_conns`]), sqlx's pool for
+    /// the migrations and the report streams, and how the records of calls
+    /// that changed nothing are committed ([`audit::append_call`]).
+    Postgres(PgPool, Arc<pg_conns::Conns>, RecordDurability),
+}
+
+/// How PostgreSQL commits the record of a call that changed nothing (a
+/// read, or a refusal whose transaction rolled back), appended on its own
+/// after the call ([`audit::append_call`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordDurability {
+    /// Waits for the WAL flush like every write (`synchronous_commit` as
+    /// the server sets it).
+    Durable,
+    /// `synchronous_commit = off` for that one statement: committed and
+    /// visible before the answer leaves, flushed by the WAL writer within
+    /// ~3 × `wal_writer_delay` or by the next durable commit, whichever
+    /// comes first. A Writ process killed loses none; a crash of the
+    /// PostgreSQL server (or its host) in that window can lose the last
+    /// ones — never a write or its record (docs/decisions.md, session 15).
+    Relaxed,
 }
 
 /// Most connections of sqlx's PostgreSQL pool, which serves only the
@@ -194,7 +212,12 @@ impl Store {
                 Ord::max(config.max_connections, 2),
                 POSTGRES_ACQUIRE_TIMEOUT,
             );
-            Ok(Store::Postgres(pool, conns))
+            let records = if config.postgres_durable_read_records {
+                RecordDurability::Durable
+            } else {
+                RecordDurability::Relaxed
+            };
+            Ok(Store::Postgres(pool, conns, records))
         } else {
             anyhow::bail!("database_url must start with sqlite:// or postgres://")
         }
@@ -221,7 +244,7 @@ impl Store {
     pub async fn migrate(&self) -> anyhow::Result<()> {
         match self {
             Store::Sqlite(pool, ..) => SQLITE_MIGRATIONS.run(pool).await?,
-            Store::Postgres(pool, _) => POSTGRES_MIGRATIONS.run(pool).await?,
+            Store::Postgres(pool, ..) => POSTGRES_MIGRATIONS.run(pool).await?,
         }
         Ok(())
     }
@@ -254,7 +277,7 @@ impl Store {
     pub async fn write(&self) -> StoreResult<Tx> {
         Ok(match self {
             Store::Sqlite(_, writer, _) => Tx::Batch(writer.begin().await?),
-            Store::Postgres(_, conns) => Tx::postgres(conns, "BEGIN").await?,
+            Store::Postgres(_, conns, _) => Tx::postgres(conns, "BEGIN").await?,
         })
     }
 
@@ -263,7 +286,7 @@ impl Store {
     /// written with it. On SQLite it is [`Store::write`].
     pub async fn write_snapshot(&self) -> StoreResult<Tx> {
         Ok(match self {
-            Store::Postgres(_, conns) => {
+            Store::Postgres(_, conns, _) => {
                 Tx::postgres(conns, "BEGIN ISOLATION LEVEL REPEATABLE READ").await?
             }
             Store::Sqlite(..) => self.write().await?,
@@ -276,7 +299,7 @@ impl Store {
     pub async fn single(&self) -> StoreResult<Tx> {
         Ok(match self {
             Store::Sqlite(.., readers) => Tx::Inline(readers.get()?),
-            Store::Postgres(_, conns) => Tx::PostgresSingle(conns.acquire().await?),
+            Store::Postgres(_, conns, _) => Tx::PostgresSingle(conns.acquire().await?),
         })
     }
 
@@ -285,7 +308,7 @@ impl Store {
     pub async fn read(&self) -> StoreResult<Tx> {
         Ok(match self {
             Store::Sqlite(.., readers) => Tx::Inline(readers.begin()?),
-            Store::Postgres(_, conns) => {
+            Store::Postgres(_, conns, _) => {
                 Tx::postgres(conns, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?
             }
         })
@@ -299,7 +322,7 @@ impl Store {
                 readers.close();
                 pool.close().await
             }
-            Store::Postgres(pool, conns) => {
+            Store::Postgres(pool, conns, _) => {
                 conns.close().await;
                 pool.close().await
             }

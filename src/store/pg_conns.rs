@@ -246,7 +246,7 @@ impl Drop for Conn {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! Against the PostgreSQL of `WRIT_TEST_POSTGRES_URL` (skipped without
     //! it, failed with `WRIT_TEST_REQUIRE_POSTGRES` set), in a scratch table
     //! of its own.
@@ -262,7 +262,7 @@ mod tests {
     }
 
     /// The pool of the test server, or `None` when the test is skipped.
-    fn conns(max: u32) -> Option<Arc<Conns>> {
+    pub(crate) fn conns(max: u32) -> Option<Arc<Conns>> {
         let Some(url) = std::env::var("WRIT_TEST_POSTGRES_URL")
             .ok()
             .filter(|u| !u.trim().is_empty())
@@ -278,10 +278,17 @@ mod tests {
         Some(Conns::new(options, max, Duration::from_secs(10)))
     }
 
-    async fn run(conn: &mut Conn, sql: &str) -> StoreResult<()> {
+    pub(crate) async fn run(conn: &mut Conn, sql: &str) -> StoreResult<()> {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         let done = sqlx::raw_sql(sql).execute(conn.statement()).await.map(drop);
         conn.done(done)
+    }
+
+    /// The one text value `sql` selects.
+    pub(crate) async fn text(conn: &mut Conn, sql: &str) -> String {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        let row: StoreResult<(String,)> = sqlx::query_as(sql).fetch_one(conn.statement()).await;
+        conn.done(row).expect("query").0
     }
 
     async fn number(conn: &mut Conn, sql: &str) -> i64 {

@@ -222,7 +222,7 @@ pub fn stream(
         }
         match &store {
             Store::Sqlite(pool, ..) => pump!(pool, SqliteQueryBuilder),
-            Store::Postgres(pool, _) => pump!(pool, PostgresQueryBuilder),
+            Store::Postgres(pool, ..) => pump!(pool, PostgresQueryBuilder),
         }
     });
     rx

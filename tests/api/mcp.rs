@@ -2651,6 +2651,17 @@ async fn python_sdk_over_stdio(app: TestApp) {
     );
 }
 
+// The same calls and records with the records of calls that changed
+// nothing committed durably (fsync on SQLite, `synchronous_commit` as the
+// server sets it on PostgreSQL) instead of relaxed, the default.
+both_backends!(every_call_is_recorded_with_durable_read_records, |config| {
+    config.sqlite_durable_read_records = true;
+    config.postgres_durable_read_records = true;
+});
+async fn every_call_is_recorded_with_durable_read_records(app: TestApp) {
+    audit_records_every_call_and_never_a_value(app).await;
+}
+
 both_backends!(a_use_case_that_commits_without_its_outcome_still_leaves_its_record);
 async fn a_use_case_that_commits_without_its_outcome_still_leaves_its_record(app: TestApp) {
     use writ::service::audit::{self, Access, CallInfo};

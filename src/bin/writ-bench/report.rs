@@ -156,9 +156,6 @@ pub struct Bench {
     pub cpus: usize,
     /// 1-minute load average before and after.
     pub loadavg: [Option<f64>; 2],
-    /// The machine's wake-up round trip between two threads, µs, measured
-    /// before the rows ([`stats::wake_round_trip_us`]).
-    pub wake_round_trip_us: Option<f64>,
     /// Every row in run order.
     pub rows: Vec<Row>,
     /// The bars.
@@ -190,7 +187,6 @@ impl Bench {
             grants: 0,
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
             loadavg: [stats::loadavg(), None],
-            wake_round_trip_us: stats::wake_round_trip_us(),
             rows: Vec::new(),
             bars: Vec::new(),
             problems: Vec::new(),
@@ -305,7 +301,7 @@ impl Bench {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "\n## writ-bench: {} ({}); {} grants; {} s per row in {} interleaved slices, {} s warm-up each; mix {}; {} CPUs, load {:.2} → {:.2}; thread wake-up round trip {:.1} µs\n",
+            "\n## writ-bench: {} ({}); {} grants; {} s per row in {} interleaved slices, {} s warm-up each; mix {}; {} CPUs, load {:.2} → {:.2}\n",
             self.engine,
             self.database,
             self.grants,
@@ -315,8 +311,7 @@ impl Bench {
             self.mix,
             self.cpus,
             self.loadavg[0].unwrap_or(f64::NAN),
-            self.loadavg[1].unwrap_or(f64::NAN),
-            self.wake_round_trip_us.unwrap_or(f64::NAN)
+            self.loadavg[1].unwrap_or(f64::NAN)
         );
         out += "| scenario | N | operation | ok | errors | per s | p50 ms | p95 ms | p99 ms | server RSS MiB | server CPU % | host busy % | baseline /s | Writ / baseline |\n";
         out += "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";

@@ -87,36 +87,6 @@ pub fn host_cpu_ticks() -> Option<(u64, u64)> {
     Some((total - idle, total))
 }
 
-/// The machine's cost of waking a thread, in µs: the mean round trip of one
-/// byte between two threads over a Unix socket pair, each side blocked in
-/// `read` until the other writes (two wake-ups and two context switches per
-/// round trip). A request to Writ crosses threads and processes several
-/// times, so this moves the HTTP rows far more than the baseline's
-/// (docs/performance.md, session 14). `None` if the probe could not run.
-pub fn wake_round_trip_us() -> Option<f64> {
-    use std::io::{Read, Write};
-    use std::os::unix::net::UnixStream;
-    const TRIPS: u32 = 20_000;
-    let (mut near, mut far) = UnixStream::pair().ok()?;
-    let echo = std::thread::spawn(move || -> std::io::Result<()> {
-        let mut byte = [0u8; 1];
-        for _ in 0..TRIPS {
-            far.read_exact(&mut byte)?;
-            far.write_all(&byte)?;
-        }
-        Ok(())
-    });
-    let mut byte = [0u8; 1];
-    let start = std::time::Instant::now();
-    for _ in 0..TRIPS {
-        near.write_all(&byte).ok()?;
-        near.read_exact(&mut byte).ok()?;
-    }
-    let elapsed = start.elapsed();
-    echo.join().ok()?.ok()?;
-    Some(elapsed.as_secs_f64() * 1e6 / f64::from(TRIPS))
-}
-
 /// The 1-minute load average.
 pub fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -247,18 +217,5 @@ impl RssSampler {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.task.await;
         self.peak_kib.load(Ordering::Relaxed) as f64 / 1024.0
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The probe runs its round trips to the end and reports a time a
-    /// thread wake-up can take: more than nothing, far less than a second.
-    #[test]
-    fn the_wake_up_probe_measures_a_round_trip() {
-        let us = wake_round_trip_us().expect("the probe ran");
-        assert!(us.is_finite() && us > 0.1 && us < 10_000.0, "{us} µs");
     }
 }
