@@ -437,7 +437,7 @@ mod tests {
     /// temporary `tool_calls` of the connection's own.
     #[tokio::test]
     async fn a_relaxed_record_leaves_its_connection_as_it_found_it() {
-        use super::super::pg_conns::tests::{conns, run, text};
+        use super::super::pg_conns::tests::{conns, one, run};
         let Some(conns) = conns(1) else { return };
         let mut conn = conns.acquire().await.expect("acquire");
         run(
@@ -451,9 +451,9 @@ mod tests {
         )
         .await
         .expect("scratch table");
-        let before = text(&mut conn, "SELECT current_setting('synchronous_commit')").await;
+        let before = one::<String>(&mut conn, "SELECT current_setting('synchronous_commit')").await;
         assert_eq!(
-            text(
+            one::<String>(
                 &mut conn,
                 "SELECT current_setting('synchronous_commit') \
                  FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed"
@@ -463,7 +463,7 @@ mod tests {
             "the subquery's SET LOCAL holds for the statement that calls it"
         );
         assert_eq!(
-            text(&mut conn, "SELECT current_setting('synchronous_commit')").await,
+            one::<String>(&mut conn, "SELECT current_setting('synchronous_commit')").await,
             before
         );
         let mut tx = Tx::PostgresSingle(conn);
@@ -476,12 +476,12 @@ mod tests {
             unreachable!("still the same connection")
         };
         assert_eq!(
-            text(&mut conn, "SELECT current_setting('synchronous_commit')").await,
+            one::<String>(&mut conn, "SELECT current_setting('synchronous_commit')").await,
             before,
             "the setting did not outlive the insert's own transaction"
         );
         assert_eq!(
-            text(
+            one::<String>(
                 &mut conn,
                 "SELECT concat_ws('|', called_at, via, agent_id, agent_login, token_id, tool, \
                  coalesce(repository, '-'), decision, matched_grant, reason, \

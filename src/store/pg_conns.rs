@@ -284,16 +284,13 @@ pub(crate) mod tests {
         conn.done(done)
     }
 
-    /// The one text value `sql` selects.
-    pub(crate) async fn text(conn: &mut Conn, sql: &str) -> String {
+    /// The one value `sql` selects.
+    pub(crate) async fn one<T>(conn: &mut Conn, sql: &str) -> T
+    where
+        (T,): for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
-        let row: StoreResult<(String,)> = sqlx::query_as(sql).fetch_one(conn.statement()).await;
-        conn.done(row).expect("query").0
-    }
-
-    async fn number(conn: &mut Conn, sql: &str) -> i64 {
-        let sql = sqlx::AssertSqlSafe(sql.to_owned());
-        let row: StoreResult<(i64,)> = sqlx::query_as(sql).fetch_one(conn.statement()).await;
+        let row: StoreResult<(T,)> = sqlx::query_as(sql).fetch_one(conn.statement()).await;
         conn.done(row).expect("query").0
     }
 
@@ -312,7 +309,7 @@ pub(crate) mod tests {
     async fn a_settled_connection_is_idle_again_at_once_and_reused() {
         let Some(conns) = conns(1) else { return };
         let mut conn = conns.acquire().await.expect("acquire");
-        let pid = number(&mut conn, "SELECT CAST(pg_backend_pid() AS BIGINT)").await;
+        let pid = one::<i64>(&mut conn, "SELECT CAST(pg_backend_pid() AS BIGINT)").await;
         conn.begin("BEGIN").await.expect("begin");
         conn.commit().await.expect("commit");
         drop(conn);
@@ -320,7 +317,7 @@ pub(crate) mod tests {
         assert_eq!(conns.idle_count(), 1);
         let mut again = conns.acquire().await.expect("acquire again");
         assert_eq!(
-            number(&mut again, "SELECT CAST(pg_backend_pid() AS BIGINT)").await,
+            one::<i64>(&mut again, "SELECT CAST(pg_backend_pid() AS BIGINT)").await,
             pid
         );
         drop(again);
@@ -348,7 +345,7 @@ pub(crate) mod tests {
         assert_eq!(conns.idle_count(), 0);
         let mut next = conns.acquire().await.expect("the one connection, settled");
         assert_eq!(
-            number(
+            one::<i64>(
                 &mut next,
                 "SELECT CAST(count(*) AS BIGINT) FROM pg_stat_activity \
                  WHERE pid = pg_backend_pid() AND state LIKE 'idle in transaction%'"
@@ -357,7 +354,7 @@ pub(crate) mod tests {
             0
         );
         assert_eq!(
-            number(
+            one::<i64>(
                 &mut next,
                 &format!("SELECT CAST(count(*) AS BIGINT) FROM {table}")
             )
@@ -377,7 +374,7 @@ pub(crate) mod tests {
         drop(next);
         let mut last = conns.acquire().await.expect("acquire after the failure");
         assert_eq!(
-            number(
+            one::<i64>(
                 &mut last,
                 &format!("SELECT CAST(count(*) AS BIGINT) FROM {table}")
             )
@@ -416,7 +413,7 @@ pub(crate) mod tests {
         );
         // The next user sees the answer to its own statement, not the stale one.
         let mut next = conns.acquire().await.expect("acquire");
-        assert_eq!(number(&mut next, "SELECT CAST(42 AS BIGINT)").await, 42);
+        assert_eq!(one::<i64>(&mut next, "SELECT CAST(42 AS BIGINT)").await, 42);
         drop(next);
         assert_eq!(conns.idle_count(), 1);
         conns.close().await;
