@@ -34,6 +34,11 @@ pub struct Config {
     /// default: a killed process loses none; a power loss can lose the last
     /// ones). See docs/decisions.md.
     pub sqlite_durable_read_records: bool,
+    /// SQLite: the most pages (of 4 KiB) the database file may grow to
+    /// (`PRAGMA max_page_count` on the writer's connection); a write that
+    /// would grow it further fails like a full disk (503
+    /// `storage_unavailable`). Unset: SQLite's own limit.
+    pub sqlite_max_page_count: Option<u64>,
     /// PostgreSQL: whether the audit records of calls that changed nothing
     /// (reads, refusals), each appended in a statement of its own, wait for
     /// the WAL flush (`true`), or commit with `synchronous_commit = off`
@@ -76,6 +81,7 @@ impl Default for Config {
             sqlite_synchronous: "full".to_owned(),
             sqlite_group_commit: true,
             sqlite_durable_read_records: false,
+            sqlite_max_page_count: None,
             postgres_durable_read_records: false,
             max_connections: 16,
             session_idle_seconds: 7 * 24 * 3600,

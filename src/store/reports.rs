@@ -212,7 +212,8 @@ pub fn stream(
                             .collect(),
                         Ok(None) => break,
                         Err(e) => Err(e),
-                    };
+                    }
+                    .map_err(StoreError::from);
                     let failed = item.is_err();
                     if tx.send(item).await.is_err() || failed {
                         break;

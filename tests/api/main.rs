@@ -72,4 +72,5 @@ mod pruning;
 mod reporting;
 mod service;
 mod sessions;
+mod storage;
 mod submissions;

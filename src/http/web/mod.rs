@@ -97,6 +97,9 @@ pub(crate) fn error_response(err: &Error, chrome: Chrome) -> Response {
         return crate::http::error::ApiError(Error::Internal(anyhow::anyhow!("{cause:#}")))
             .into_response();
     }
+    if let Error::StorageUnavailable(cause) = err {
+        crate::http::error::storage_unavailable(cause);
+    }
     let heading = match err.status() {
         401 => "Log in failed",
         403 => "Not allowed",
@@ -104,10 +107,11 @@ pub(crate) fn error_response(err: &Error, chrome: Chrome) -> Response {
         409 => "Conflict",
         422 => "Check the form",
         429 => "Too many attempts",
+        503 => "Temporarily unavailable",
         _ => "Refused",
     };
     let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::BAD_REQUEST);
-    html(
+    let mut response = html(
         status,
         ErrorPage {
             chrome,
@@ -117,7 +121,11 @@ pub(crate) fn error_response(err: &Error, chrome: Chrome) -> Response {
                 other => other.message(),
             },
         },
-    )
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        crate::http::error::retry_later(&mut response);
+    }
+    response
 }
 
 /// Resolves the session cookie.
