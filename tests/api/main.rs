@@ -59,6 +59,7 @@ mod bad_input;
 mod digest;
 mod errors;
 mod forms;
+mod hardening_contract;
 mod issue_page;
 mod issues;
 mod list_counts;
