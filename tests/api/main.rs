@@ -60,6 +60,7 @@ mod digest;
 mod errors;
 mod forms;
 mod hardening_contract;
+mod hardening_web;
 mod issue_page;
 mod issues;
 mod list_counts;
