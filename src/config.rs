@@ -59,6 +59,9 @@ pub struct Config {
     pub login_throttle_failures: i64,
     /// Window of the login throttle, in seconds.
     pub login_throttle_seconds: i64,
+    /// Fewest characters a human's password may have, on every path that
+    /// sets one (admin API, `writ admin user`, `writ admin bootstrap`).
+    pub min_password_length: usize,
     /// An operator's MCP capability catalog (TOML) replacing the embedded one.
     pub catalog_file: Option<String>,
     /// MCP id → URL the built-in prober polls (2xx = healthy).
@@ -89,6 +92,7 @@ impl Default for Config {
             nonce_seconds: 30 * 60,
             login_throttle_failures: 5,
             login_throttle_seconds: 15 * 60,
+            min_password_length: 12,
             catalog_file: None,
             mcp_probes: Default::default(),
             mcp_probe_seconds: 30,

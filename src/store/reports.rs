@@ -124,6 +124,8 @@ impl Report {
                 ("native_status", Int),
                 ("error_code", Text),
                 ("completed_at", Text),
+                ("at", Text),
+                ("grant_rule_id", Text),
             ],
         }
     }

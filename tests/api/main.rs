@@ -59,6 +59,8 @@ mod bad_input;
 mod digest;
 mod errors;
 mod forms;
+mod hardening_contract;
+mod hardening_web;
 mod issue_page;
 mod issues;
 mod list_counts;

@@ -2,7 +2,9 @@
 //! Every changing POST checks Origin/Referer and Sec-Fetch-Site, and the
 //! service consumes its nonce inside the change's own transaction.
 
+pub mod form_utf8;
 pub mod grant_form;
+pub mod security;
 pub mod settings;
 pub mod templates;
 
@@ -60,6 +62,7 @@ pub fn routes() -> Router<Ctx> {
         )
         .route("/admin/mcp", get(settings::admin_mcp))
         .route("/{owner}/{repo}/issues/{index}", get(grants::issue_page))
+        .layer(axum::middleware::from_fn(form_utf8::refuse_invalid_utf8))
 }
 
 async fn stylesheet() -> impl IntoResponse {
