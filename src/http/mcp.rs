@@ -97,11 +97,12 @@ fn rpc_error(status: StatusCode, code: i64, message: &str) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-/// Authenticates the bot, bounds the body and refuses batches before the SDK
-/// sees the request.
+/// Authenticates the bot, bounds the body, refuses what is not one JSON
+/// value (-32700) and batches before the SDK sees the request; every
+/// transport error the SDK answers is then a JSON-RPC error too.
 async fn gate(State(ctx): State<Ctx>, request: Request, next: Next) -> Response {
     if request.method() != axum::http::Method::POST {
-        return next.run(request).await;
+        return as_rpc_error(next.run(request).await);
     }
     let caller = match api_caller(&ctx, request.headers()).await {
         Ok(caller) => caller,
@@ -123,20 +124,69 @@ async fn gate(State(ctx): State<Ctx>, request: Request, next: Next) -> Response 
         Ok(bytes) => bytes,
         Err(_) => return too_large(),
     };
-    if bytes
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|b| *b == b'[')
-    {
+    // serde_json refuses text that is not UTF-8 and nesting deeper than
+    // 128 levels, as the SDK's own parser would later.
+    let message = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(message) => message,
+        Err(_) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                -32700,
+                "Parse error: the body must be one JSON-RPC message in UTF-8 JSON",
+            );
+        }
+    };
+    if message.is_array() {
         return rpc_error(
             StatusCode::BAD_REQUEST,
             -32600,
             "JSON-RPC batches are not supported",
         );
     }
+    let discover = message.get("method").and_then(Value::as_str) == Some("server/discover");
     parts.extensions.insert(caller);
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    let response = as_rpc_error(
+        next.run(Request::from_parts(parts, Body::from(bytes)))
+            .await,
+    );
+    if discover && response.status() == StatusCode::BAD_REQUEST {
+        // A discovery probe is answered, never failed: the client reads the
+        // JSON-RPC error and falls back to `initialize` (docs/mcp.md).
+        let (mut parts, body) = response.into_parts();
+        parts.status = StatusCode::OK;
+        return Response::from_parts(parts, body);
+    }
+    response
+}
+
+/// Gives a 4xx the SDK wrote as plain text (406 for `Accept`, 415 for
+/// `Content-Type`, 405 for a method it does not serve) a JSON-RPC error
+/// body, keeping its status and headers.
+fn as_rpc_error(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !status.is_client_error() || is_json {
+        return response;
+    }
+    let message = match status {
+        StatusCode::NOT_ACCEPTABLE => {
+            "Accept must list both application/json and text/event-stream"
+        }
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "Content-Type must be application/json",
+        StatusCode::METHOD_NOT_ALLOWED => "only POST is served at /mcp",
+        _ => "invalid request",
+    };
+    let mut answer = rpc_error(status, -32600, message);
+    for (name, value) in response.headers() {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            answer.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    answer
 }
 
 fn too_large() -> Response {

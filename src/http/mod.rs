@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod edge;
 pub mod error;
 pub mod json;
 pub mod mcp;
@@ -44,6 +45,8 @@ pub fn router(ctx: Ctx) -> Router {
         .route("/docs/errors", get(error_docs))
         .fallback(not_found)
         .layer(middleware::from_fn(run_to_completion))
+        .layer(middleware::from_fn(edge::refuse_binary_urls))
+        .layer(middleware::from_fn(edge::json_api_errors))
         .layer(middleware::from_fn(log_internal_errors))
         .layer(middleware::from_fn(record_metrics))
         .layer(middleware::from_fn(web::security::headers))
@@ -127,7 +130,7 @@ async fn readyz(State(ctx): State<Ctx>) -> Response {
 }
 
 async fn not_found(req: Request) -> Response {
-    if req.uri().path().starts_with("/api/") {
+    if edge::is_api_path(req.uri().path()) {
         error::ApiError(crate::service::Error::NotFound).into_response()
     } else {
         web::not_found_page()

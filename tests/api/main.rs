@@ -57,6 +57,7 @@ mod admission;
 mod agent;
 mod bad_input;
 mod digest;
+mod edge;
 mod errors;
 mod forms;
 mod hardening_contract;

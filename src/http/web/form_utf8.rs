@@ -1,7 +1,8 @@
-//! Browser form bodies must be UTF-8 once percent-decoded. The form
-//! extractors decode lossily (an invalid sequence becomes U+FFFD), which
-//! would store text the user never typed; this layer refuses such a body
-//! with 422 before any handler runs, so nothing changes.
+//! Browser form bodies must be UTF-8 once percent-decoded, without U+0000.
+//! The form extractors decode lossily (an invalid sequence becomes U+FFFD),
+//! which would store text the user never typed, and PostgreSQL refuses NUL
+//! in text where SQLite would store it; this layer refuses such a body with
+//! 422 before any handler runs, so nothing changes, on both engines alike.
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -64,6 +65,14 @@ pub async fn refuse_invalid_utf8(req: Request, next: Next) -> Response {
     if !decodes_as_utf8(&bytes) {
         return error_response(
             &Error::Unprocessable("the form is not valid UTF-8 text; nothing was changed".into()),
+            Chrome::default(),
+        );
+    }
+    if percent_encoding::percent_decode(&bytes).any(|b| b == 0) {
+        return error_response(
+            &Error::Unprocessable(
+                "form fields must not contain U+0000; nothing was changed".into(),
+            ),
             Chrome::default(),
         );
     }
