@@ -7,6 +7,7 @@ pub mod error;
 pub mod json;
 pub mod mcp;
 pub mod pagination;
+pub mod serve;
 pub mod web;
 
 use std::sync::OnceLock;
