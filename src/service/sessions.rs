@@ -96,12 +96,12 @@ async fn insert_session(
     Ok((id, NewCookie(cookie)))
 }
 
-/// Starts a pre-login session for a client address (the login form's
-/// nonce is bound to it). Pre-login sessions are bounded: past
+/// Starts a pre-login session for a client address, with its first login
+/// nonce, in one transaction. Pre-login sessions are bounded: past
 /// `prelogin_sessions_per_address` from one address, or
 /// `prelogin_sessions_total` in all, the oldest are deleted with their
 /// nonces (docs/runbook.md).
-pub async fn start_anonymous(ctx: &Ctx, address: &str) -> Result<(WebSession, NewCookie)> {
+pub async fn start_anonymous(ctx: &Ctx, address: &str) -> Result<(WebSession, NewCookie, String)> {
     let mut tx = ctx.store.write().await?;
     // Each new pre-login session also sweeps what has expired, so visits to
     // the login page cannot grow the tables without bound.
@@ -110,13 +110,17 @@ pub async fn start_anonymous(ctx: &Ctx, address: &str) -> Result<(WebSession, Ne
         .plus_seconds(-ctx.config.login_throttle_seconds)
         .to_text();
     store::prune_expired(&mut tx, &at.to_text(), &window).await?;
-    let (id, cookie) = insert_session(ctx, &mut tx, None, Some(address)).await?;
     let per_address = u64::try_from(ctx.config.prelogin_sessions_per_address.max(1)).unwrap_or(1);
     let total = u64::try_from(ctx.config.prelogin_sessions_total.max(1)).unwrap_or(1);
-    store::trim_prelogin_sessions(&mut tx, Some(address), per_address).await?;
-    store::trim_prelogin_sessions(&mut tx, None, total).await?;
+    // Room for the new one.
+    store::trim_prelogin_sessions(&mut tx, Some(address), per_address - 1).await?;
+    store::trim_prelogin_sessions(&mut tx, None, total - 1).await?;
+    let (id, cookie) = insert_session(ctx, &mut tx, None, Some(address)).await?;
+    let nonce = insert_nonces(ctx, &mut tx, id, &[("login", String::new())])
+        .await?
+        .remove(0);
     tx.commit().await?;
-    Ok((WebSession { id, user: None }, cookie))
+    Ok((WebSession { id, user: None }, cookie, nonce))
 }
 
 /// Live login-form nonces kept per pre-login session (one per open tab);
@@ -124,20 +128,38 @@ pub async fn start_anonymous(ctx: &Ctx, address: &str) -> Result<(WebSession, Ne
 const LOGIN_NONCES_PER_SESSION: u64 = 8;
 
 /// Issues single-use nonces for `(action, target)` pairs, in one transaction.
+/// A login nonce needs its pre-login session still there (the caps may
+/// have deleted it): else 403, open the login page again.
 pub async fn issue_nonces(
     ctx: &Ctx,
     session_id: i64,
     forms: &[(&str, String)],
 ) -> Result<Vec<String>> {
+    let mut tx = ctx.store.write().await?;
+    if forms.iter().any(|(action, _)| *action == "login")
+        && !store::session_exists_locked(&mut tx, session_id).await?
+    {
+        return Err(Error::Forbidden("open the login page again"));
+    }
+    store::prune_nonces(&mut tx, &now().to_text()).await?;
+    let nonces = insert_nonces(ctx, &mut tx, session_id, forms).await?;
+    tx.commit().await?;
+    Ok(nonces)
+}
+
+async fn insert_nonces(
+    ctx: &Ctx,
+    tx: &mut Tx,
+    session_id: i64,
+    forms: &[(&str, String)],
+) -> Result<Vec<String>> {
     let at = now();
     let expires = at.plus_seconds(ctx.config.nonce_seconds).to_text();
-    let mut tx = ctx.store.write().await?;
-    store::prune_nonces(&mut tx, &at.to_text()).await?;
     let mut nonces = Vec::with_capacity(forms.len());
     for (action, target) in forms {
         let nonce = random_hex();
         store::insert_nonce(
-            &mut tx,
+            tx,
             session_id,
             &sha256_hex(nonce.as_bytes()),
             action,
@@ -150,10 +172,9 @@ pub async fn issue_nonces(
     }
     for (action, _) in forms {
         if *action == "login" {
-            store::trim_nonces(&mut tx, session_id, action, LOGIN_NONCES_PER_SESSION).await?;
+            store::trim_nonces(tx, session_id, action, LOGIN_NONCES_PER_SESSION).await?;
         }
     }
-    tx.commit().await?;
     Ok(nonces)
 }
 

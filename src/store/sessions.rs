@@ -1,9 +1,9 @@
 //! Browser sessions, single-use form nonces and failed-login records.
 
-use sea_query::{Expr, ExprTrait, OnConflict, Order, Query};
+use sea_query::{Expr, ExprTrait, LockBehavior, LockType, OnConflict, Order, Query};
 
 use super::schema::{FormNonces, LoginAddresses, LoginFailures, Sessions};
-use super::{StoreResult, Tx};
+use super::{Backend, StoreResult, Tx};
 
 /// A live session.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
@@ -71,6 +71,20 @@ pub async fn live_session(
         .and_where(Expr::col(Sessions::AbsoluteExpiresAt).gt(now))
         .to_owned();
     tx.fetch_optional(&q).await
+}
+
+/// True when the session still exists; on PostgreSQL its row is locked
+/// against deletion until the transaction ends (on SQLite the write
+/// transaction already serializes).
+pub async fn session_exists_locked(tx: &mut Tx, id: i64) -> StoreResult<bool> {
+    let mut q = Query::select();
+    q.column(Sessions::Id)
+        .from(Sessions::Table)
+        .and_where(Expr::col(Sessions::Id).eq(id));
+    if tx.backend() == Backend::Postgres {
+        q.lock(LockType::Share);
+    }
+    Ok(tx.fetch_optional::<(i64,)>(&q.to_owned()).await?.is_some())
 }
 
 /// Slides a session's expiry forward.
@@ -206,39 +220,55 @@ pub async fn trim_nonces(
 }
 
 /// Deletes the oldest pre-login sessions (with their nonces) beyond the
-/// newest `keep` among those matching `address` (all when `None`).
+/// newest `keep` among those matching `address` (all when `None`). On
+/// PostgreSQL the doomed rows are first locked, skipping rows another
+/// transaction holds (another trim deleting them, or a nonce being issued
+/// to that session), so trims at once never deadlock nor delete a session
+/// whose nonce is being written.
 pub async fn trim_prelogin_sessions(
     tx: &mut Tx,
     address: Option<&str>,
     keep: u64,
 ) -> StoreResult<u64> {
-    let doomed = || {
-        let mut newest = Query::select();
-        newest
-            .column(Sessions::Id)
-            .from(Sessions::Table)
-            .and_where(Expr::col(Sessions::UserId).is_null())
-            .order_by(Sessions::Id, Order::Desc)
-            .limit(keep);
-        let mut q = Query::select();
-        q.column(Sessions::Id)
-            .from(Sessions::Table)
-            .and_where(Expr::col(Sessions::UserId).is_null());
-        if let Some(address) = address {
-            newest.and_where(Expr::col(Sessions::Address).eq(address));
-            q.and_where(Expr::col(Sessions::Address).eq(address));
-        }
-        q.and_where(Expr::col(Sessions::Id).not_in_subquery(newest.to_owned()))
-            .to_owned()
-    };
+    let mut newest = Query::select();
+    newest
+        .column(Sessions::Id)
+        .from(Sessions::Table)
+        .and_where(Expr::col(Sessions::UserId).is_null())
+        .order_by(Sessions::Id, Order::Desc)
+        .limit(keep);
+    let mut doomed = Query::select();
+    doomed
+        .column(Sessions::Id)
+        .from(Sessions::Table)
+        .and_where(Expr::col(Sessions::UserId).is_null());
+    if let Some(address) = address {
+        newest.and_where(Expr::col(Sessions::Address).eq(address));
+        doomed.and_where(Expr::col(Sessions::Address).eq(address));
+    }
+    doomed
+        .and_where(Expr::col(Sessions::Id).not_in_subquery(newest.to_owned()))
+        .order_by(Sessions::Id, Order::Asc);
+    if tx.backend() == Backend::Postgres {
+        doomed.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+    }
+    let ids: Vec<i64> = tx
+        .fetch_all::<(i64,)>(&doomed.to_owned())
+        .await?
+        .into_iter()
+        .map(|(id,)| id)
+        .collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
     let nonces = Query::delete()
         .from_table(FormNonces::Table)
-        .and_where(Expr::col(FormNonces::SessionId).in_subquery(doomed()))
+        .and_where(Expr::col(FormNonces::SessionId).is_in(ids.clone()))
         .to_owned();
     tx.execute(&nonces).await?;
     let sessions = Query::delete()
         .from_table(Sessions::Table)
-        .and_where(Expr::col(Sessions::Id).in_subquery(doomed()))
+        .and_where(Expr::col(Sessions::Id).is_in(ids))
         .to_owned();
     tx.execute(&sessions).await
 }

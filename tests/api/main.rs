@@ -58,6 +58,7 @@ mod agent;
 mod bad_input;
 mod digest;
 mod errors;
+mod exhaustion;
 mod forms;
 mod issue_page;
 mod issues;

@@ -305,13 +305,14 @@ async fn login_page(
         Ok(Some(pre)) => login_form(&ctx, &pre, StatusCode::OK, String::new(), None).await,
         Ok(None) => {
             match sessions::start_anonymous(&ctx, &client_address(&ctx, peer, &headers)).await {
-                Ok((pre, value)) => {
+                Ok((_, value, nonce)) => {
                     let jar = jar.add(cookie(&ctx, value));
-                    (
-                        jar,
-                        login_form(&ctx, &pre, StatusCode::OK, String::new(), None).await,
-                    )
-                        .into_response()
+                    let page = templates::LoginPage {
+                        chrome: Chrome::default(),
+                        nonce,
+                        login: String::new(),
+                    };
+                    (jar, html(StatusCode::OK, page)).into_response()
                 }
                 Err(e) => error_response(&e, Chrome::default()),
             }
