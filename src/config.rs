@@ -34,6 +34,11 @@ pub struct Config {
     /// default: a killed process loses none; a power loss can lose the last
     /// ones). See docs/decisions.md.
     pub sqlite_durable_read_records: bool,
+    /// SQLite: the most pages (of 4 KiB) the database file may grow to
+    /// (`PRAGMA max_page_count` on the writer's connection); a write that
+    /// would grow it further fails like a full disk (503
+    /// `storage_unavailable`). Unset: SQLite's own limit.
+    pub sqlite_max_page_count: Option<u64>,
     /// PostgreSQL: whether the audit records of calls that changed nothing
     /// (reads, refusals), each appended in a statement of its own, wait for
     /// the WAL flush (`true`), or commit with `synchronous_commit = off`
@@ -83,6 +88,9 @@ pub struct Config {
     /// Open HTTP connections from one client address at most (trusted
     /// proxies are exempt).
     pub max_connections_per_address: u32,
+    /// Fewest characters a human's password may have, on every path that
+    /// sets one (admin API, `writ admin user`, `writ admin bootstrap`).
+    pub min_password_length: usize,
     /// An operator's MCP capability catalog (TOML) replacing the embedded one.
     pub catalog_file: Option<String>,
     /// MCP id → URL the built-in prober polls (2xx = healthy).
@@ -105,6 +113,7 @@ impl Default for Config {
             sqlite_synchronous: "full".to_owned(),
             sqlite_group_commit: true,
             sqlite_durable_read_records: false,
+            sqlite_max_page_count: None,
             postgres_durable_read_records: false,
             max_connections: 16,
             session_idle_seconds: 7 * 24 * 3600,
@@ -122,6 +131,7 @@ impl Default for Config {
             idle_timeout_seconds: 60,
             max_connections_total: 4096,
             max_connections_per_address: 256,
+            min_password_length: 12,
             catalog_file: None,
             mcp_probes: Default::default(),
             mcp_probe_seconds: 30,

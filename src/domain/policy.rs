@@ -225,8 +225,9 @@ pub fn decide(grants: &[ToolGrant], tool: &str, target: Option<&RepoTarget>) -> 
 }
 
 /// Checks a whole grant set; the message names the first problem. Malformed
-/// repository patterns are accepted (they never match); see
-/// [`malformed_patterns`].
+/// repository patterns are accepted (they never match; see
+/// [`malformed_patterns`]), but not ones with control characters, which
+/// would forge lines of the log that names them.
 pub fn validate(grants: &[ToolGrant]) -> Result<(), String> {
     if grants.len() > MAX_GRANTS {
         return Err(format!("at most {MAX_GRANTS} grants per agent"));
@@ -265,9 +266,9 @@ pub fn validate(grants: &[ToolGrant]) -> Result<(), String> {
             }
         }
         for pattern in &grant.repos {
-            if pattern.len() > MAX_PATTERN_LEN || pattern.contains('\0') {
+            if pattern.len() > MAX_PATTERN_LEN || pattern.chars().any(char::is_control) {
                 return Err(format!(
-                    "grant {:?}: a repository pattern is longer than {MAX_PATTERN_LEN} bytes or contains NUL",
+                    "grant {:?}: a repository pattern is longer than {MAX_PATTERN_LEN} bytes or contains a control character",
                     grant.id
                 ));
             }
@@ -316,6 +317,11 @@ struct FileGrant {
     tools: Vec<String>,
 }
 
+/// The id of the `n`th grant (from 0) of a set that gives it none.
+pub fn default_grant_id(n: usize) -> String {
+    format!("grants[{n}]")
+}
+
 /// Parses a TOML policy file (`[[mcp.agents]]` with nested
 /// `[[mcp.agents.grants]]`, or flat `tools` + `repos` as one grant `flat`)
 /// and validates each agent's set. Unknown keys are refused, so a typo never
@@ -343,7 +349,7 @@ pub fn parse_policy_toml(text: &str) -> Result<Vec<AgentPolicy>, String> {
                 .into_iter()
                 .enumerate()
                 .map(|(n, g)| ToolGrant {
-                    id: g.id.unwrap_or_else(|| format!("grants[{n}]")),
+                    id: g.id.unwrap_or_else(|| default_grant_id(n)),
                     repos: g.repos,
                     tools: g.tools,
                 })

@@ -290,6 +290,16 @@ fn validation() {
         "twice",
     );
     bad(vec![grant("a", &[&"x".repeat(257)], &[GET])], "longer");
+    for pattern in [
+        "acme/x\nforged",
+        "acme/x\r",
+        "a\0b/c",
+        "acme/\u{7f}",
+        "acme/\u{85}x",
+    ] {
+        bad(vec![grant("a", &[pattern], &[GET])], "control character");
+    }
+    ok(vec![grant("a", &["acme/x y", "ácme/*"], &[GET])]);
     let many: Vec<ToolGrant> = (0..65)
         .map(|n| grant(&n.to_string(), &[], &[GET]))
         .collect();

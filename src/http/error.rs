@@ -90,6 +90,11 @@ impl IntoResponse for ApiError {
                 // answer stays 503 `audit_unavailable`: the call was refused
                 // and may be retried.
                 tracing::error!(error = %format!("{cause:#}"), "audit unavailable: call refused");
+                retry_later(&mut response);
+            }
+            Error::StorageUnavailable(cause) => {
+                storage_unavailable(&cause);
+                retry_later(&mut response);
             }
             Error::Internal(cause) => {
                 response
@@ -100,4 +105,22 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// Seconds a client is asked to wait before retrying a 503.
+pub const RETRY_AFTER_SECONDS: u64 = 1;
+
+/// Adds `Retry-After` to a 503.
+pub fn retry_later(response: &mut Response) {
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+}
+
+/// Logs and counts a call refused because the database could not serve
+/// (`writ_storage_unavailable_total` in `/metrics`); inside the request's
+/// span, so the log line carries its id.
+pub fn storage_unavailable(cause: &str) {
+    metrics::counter!("writ_storage_unavailable_total").increment(1);
+    tracing::warn!(error = %cause, "database unavailable: call refused with 503");
 }

@@ -354,8 +354,12 @@ fn success(status: u16, mut value: Value) -> CallToolResult {
 
 /// A refused or failed call: the native error body plus `native_status`.
 pub fn failure(err: &Error) -> CallToolResult {
-    if let Error::Internal(cause) | Error::AuditUnavailable(cause) = err {
-        tracing::error!(error = %format!("{cause:#}"), code = err.code(), "MCP tool call failed");
+    match err {
+        Error::Internal(cause) | Error::AuditUnavailable(cause) => {
+            tracing::error!(error = %format!("{cause:#}"), code = err.code(), "MCP tool call failed");
+        }
+        Error::StorageUnavailable(cause) => crate::http::error::storage_unavailable(cause),
+        _ => {}
     }
     let mut value = serde_json::to_value(error_body(err))
         .unwrap_or_else(|_| json!({"code": err.code(), "message": err.message()}));

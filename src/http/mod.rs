@@ -7,6 +7,7 @@ pub mod error;
 pub mod json;
 pub mod mcp;
 pub mod pagination;
+pub mod request_id;
 pub mod serve;
 pub mod web;
 
@@ -46,6 +47,7 @@ pub fn router(ctx: Ctx) -> Router {
         .layer(middleware::from_fn(run_to_completion))
         .layer(middleware::from_fn(log_internal_errors))
         .layer(middleware::from_fn(record_metrics))
+        .layer(middleware::from_fn(web::security::headers))
         .layer(CatchPanicLayer::custom(|_| {
             error::ApiError(crate::service::Error::Internal(anyhow::anyhow!(
                 "handler panicked"
@@ -63,10 +65,15 @@ pub fn router(ctx: Ctx) -> Router {
                 .get(&REQUEST_ID)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
+            // A `&str` field: the text log quotes and escapes it, the JSON
+            // log writes it as a JSON string; never `%` (raw) here.
             tracing::info_span!("request", method = %req.method(), route, request_id = id)
         }))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
         .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), RandomRequestId))
+        .layer(middleware::map_request(|req: Request| {
+            request_id::drop_unacceptable(REQUEST_ID.clone(), req)
+        }))
         .with_state(ctx)
 }
 
@@ -226,7 +233,7 @@ async fn log_internal_errors(req: Request, next: Next) -> Response {
     let Some(InternalError(cause)) = response.extensions().get::<InternalError>().cloned() else {
         return response;
     };
-    tracing::error!(request_id = %id, error = %cause, "internal error");
+    tracing::error!(request_id = id.as_str(), error = %cause, "internal error");
     let body = serde_json::json!({
         "message": format!("internal error (request id {id})"),
         "code": "internal",

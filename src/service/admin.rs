@@ -99,6 +99,23 @@ async fn user_named(tx: &mut Tx, login: &str) -> Result<UserRow> {
         .ok_or(Error::NotFound)
 }
 
+/// Refuses a human's password shorter than `min` characters, longer than
+/// 1024 bytes, or with NUL.
+fn check_password(password: &str, min: usize) -> Result<()> {
+    if password.len() > 1024 || password.contains('\0') {
+        return Err(Error::Invalid(
+            "password must be at most 1024 bytes without NUL".into(),
+        ));
+    }
+    if password.chars().count() < min.max(1) {
+        return Err(Error::Invalid(format!(
+            "password must be at least {} characters",
+            min.max(1)
+        )));
+    }
+    Ok(())
+}
+
 /// Creates a user.
 pub async fn create_user(ctx: &Ctx, setup: Setup<'_>, input: NewUserInput) -> Result<UserView> {
     setup.check()?;
@@ -106,11 +123,7 @@ pub async fn create_user(ctx: &Ctx, setup: Setup<'_>, input: NewUserInput) -> Re
     let is_admin = input.is_admin.unwrap_or(false);
     let password_hash = match (input.kind.as_str(), input.password) {
         ("human", Some(pw)) => {
-            if pw.is_empty() || pw.len() > 1024 || pw.contains('\0') {
-                return Err(Error::Invalid(
-                    "password must be 1-1024 bytes without NUL".into(),
-                ));
-            }
+            check_password(&pw, ctx.config.min_password_length)?;
             Some(
                 tokio::task::spawn_blocking(move || hash_password(&pw))
                     .await

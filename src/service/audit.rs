@@ -161,8 +161,47 @@ impl Record {
     }
 }
 
-pub(super) fn fail_closed(err: impl Into<anyhow::Error>) -> Error {
-    Error::AuditUnavailable(err.into())
+/// The answer to a call whose audit record could not be written: the call
+/// is refused (fail closed), as `storage_unavailable` when the database
+/// itself cannot serve, else `audit_unavailable`.
+pub(super) fn fail_closed(err: impl AuditFailure) -> Error {
+    err.refusal()
+}
+
+/// A cause of a failed audit write.
+pub(super) trait AuditFailure {
+    /// The refusal it makes of the call.
+    fn refusal(self) -> Error;
+}
+
+impl AuditFailure for crate::store::StoreError {
+    fn refusal(self) -> Error {
+        match self {
+            crate::store::StoreError::Unavailable(why) => Error::StorageUnavailable(why),
+            other => Error::AuditUnavailable(other.into()),
+        }
+    }
+}
+
+impl AuditFailure for anyhow::Error {
+    fn refusal(self) -> Error {
+        Error::AuditUnavailable(self)
+    }
+}
+
+impl AuditFailure for serde_json::Error {
+    fn refusal(self) -> Error {
+        Error::AuditUnavailable(self.into())
+    }
+}
+
+impl AuditFailure for Error {
+    fn refusal(self) -> Error {
+        match self {
+            Error::Internal(cause) => Error::AuditUnavailable(cause),
+            other => other,
+        }
+    }
 }
 
 fn new_call(caller: &Caller, via: Via, call: &CallInfo<'_>, check: &Check) -> Result<NewCall> {
@@ -200,10 +239,7 @@ pub async fn begin_mcp(ctx: &Ctx, caller: &mut Caller, call: &CallInfo<'_>) -> R
     let mut tx = ctx.store.write().await.map_err(fail_closed)?;
     let check = policy::allowed_in(&mut tx, caller.user_id, call.tool, call.args)
         .await
-        .map_err(|e| match e {
-            Error::Internal(cause) => fail_closed(cause),
-            other => other,
-        })?;
+        .map_err(fail_closed)?;
     let record = new_call(caller, Via::Mcp, call, &check)?;
     let denied = (!check.decision.is_allowed()).then(|| Outcome {
         native_status: None,

@@ -83,13 +83,13 @@ pub async fn seed_if_empty(ctx: &Ctx) -> Result<Option<DemoInfo>> {
         bot,
         super::policy::ToolGrantsInput {
             grants: vec![
-                super::policy::ToolGrantBody {
-                    id: "demo".into(),
+                super::policy::ToolGrantInput {
+                    id: Some("demo".into()),
                     repos: vec![format!("{login}/*")],
                     tools: crate::domain::policy::TOOLS.map(str::to_owned).to_vec(),
                 },
-                super::policy::ToolGrantBody {
-                    id: "demo-list".into(),
+                super::policy::ToolGrantInput {
+                    id: Some("demo-list".into()),
                     repos: vec![],
                     tools: vec!["list_agent_work_grants".into()],
                 },

@@ -52,6 +52,10 @@ pub enum Error {
     /// 503 `audit_unavailable`: the audit record could not be written, so
     /// the call was refused (fail closed); logged like an internal error.
     AuditUnavailable(anyhow::Error),
+    /// 503 `storage_unavailable`: the database cannot serve now (lost
+    /// connection, full disk, I/O error, read-only file); nothing was
+    /// changed and the same request may be retried. Logged with its cause.
+    StorageUnavailable(String),
     /// 500: logged with the request id, answered generically.
     Internal(anyhow::Error),
 }
@@ -69,7 +73,7 @@ impl Error {
             Error::Unprocessable(_) => 422,
             Error::Throttled => 429,
             Error::Internal(_) => 500,
-            Error::AuditUnavailable(_) => 503,
+            Error::AuditUnavailable(_) | Error::StorageUnavailable(_) => 503,
         }
     }
 
@@ -90,6 +94,7 @@ impl Error {
             Error::Throttled => "throttled",
             Error::Internal(_) => "internal",
             Error::AuditUnavailable(_) => "audit_unavailable",
+            Error::StorageUnavailable(_) => "storage_unavailable",
         }
     }
 
@@ -123,6 +128,9 @@ impl Error {
                 "the call could not be recorded in the audit, so it was not made; retry later"
                     .to_owned()
             }
+            Error::StorageUnavailable(_) => {
+                "the database is unavailable; nothing was changed, retry later".to_owned()
+            }
         };
         truncate(text, 512)
     }
@@ -146,7 +154,10 @@ impl Error {
 
 impl From<StoreError> for Error {
     fn from(err: StoreError) -> Error {
-        Error::Internal(err.into())
+        match err {
+            StoreError::Unavailable(why) => Error::StorageUnavailable(why),
+            other => Error::Internal(other.into()),
+        }
     }
 }
 
@@ -179,6 +190,7 @@ impl std::fmt::Display for Error {
         match self {
             Error::Internal(cause) => write!(f, "internal error: {cause:#}"),
             Error::AuditUnavailable(cause) => write!(f, "audit unavailable: {cause:#}"),
+            Error::StorageUnavailable(cause) => write!(f, "storage unavailable: {cause}"),
             other => write!(f, "{} ({})", other.message(), other.code()),
         }
     }

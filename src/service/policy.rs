@@ -7,7 +7,8 @@
 //! `a/b*`, whitespace, extra slashes...) is accepted and simply never
 //! matches: refusing it would not make the policy any safer (default deny
 //! already holds), and keeping it lets an operator see what was written.
-//! Such patterns are logged as warnings when set.
+//! Such patterns are logged as warnings when set. A pattern with a control
+//! character is refused (it could forge a log line).
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -20,7 +21,7 @@ use crate::store::Tx;
 use crate::store::policy as store;
 use crate::store::principals::{self, UserRow};
 
-/// One grant as written and shown by the admin API.
+/// One grant as the admin API and the CLI show it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolGrantBody {
@@ -33,12 +34,28 @@ pub struct ToolGrantBody {
     pub tools: Vec<String>,
 }
 
+/// One grant as written to the admin API or the CLI's file.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolGrantInput {
+    /// Unique within the agent's set; 1-64 characters; named in audit
+    /// records. Without one, the grant is named `grants[<n>]` after its
+    /// position (from 0), as in a policy file.
+    pub id: Option<String>,
+    /// `owner/name` or `owner/*`, case-insensitive; `[]` means any repository
+    /// (and calls that name none). Malformed patterns never match; control
+    /// characters are refused.
+    pub repos: Vec<String>,
+    /// Tool names among the five MCP tools.
+    pub tools: Vec<String>,
+}
+
 /// `PUT /api/v1/admin/agents/{login}/tool-grants`: the agent's whole new set.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolGrantsInput {
     /// At most 64 grants with at most 256 repository patterns in all.
-    pub grants: Vec<ToolGrantBody>,
+    pub grants: Vec<ToolGrantInput>,
 }
 
 /// A bot's current grant set.
@@ -72,10 +89,12 @@ pub struct Check {
     pub decision: Decision,
 }
 
-fn to_domain(body: Vec<ToolGrantBody>) -> Vec<ToolGrant> {
-    body.into_iter()
-        .map(|g| ToolGrant {
-            id: g.id,
+fn to_domain(input: Vec<ToolGrantInput>) -> Vec<ToolGrant> {
+    input
+        .into_iter()
+        .enumerate()
+        .map(|(n, g)| ToolGrant {
+            id: g.id.unwrap_or_else(|| policy::default_grant_id(n)),
             repos: g.repos,
             tools: g.tools,
         })
@@ -130,7 +149,12 @@ async fn view_of(tx: &mut Tx, user: &UserRow) -> Result<ToolGrantsView> {
 
 fn warn_malformed(login: &str, grants: &[ToolGrant]) {
     for pattern in policy::malformed_patterns(grants) {
-        tracing::warn!(agent = %login, pattern = %pattern, "malformed repository pattern: it never matches");
+        // `&str` fields: quoted and escaped in the log line, never raw.
+        tracing::warn!(
+            agent = login,
+            pattern,
+            "malformed repository pattern: it never matches"
+        );
     }
 }
 

@@ -13,7 +13,8 @@ use crate::store::reports::{self, Kind, Report, ReportFilter, ReportRow};
 pub enum Format {
     /// `|`-separated columns with a header, for people.
     Table,
-    /// RFC 4180 CSV with a header.
+    /// RFC 4180 CSV with a header; cells are neutralized against formula
+    /// injection ([`neutralize_cell`]).
     Csv,
     /// One JSON array of objects.
     Json,
@@ -107,9 +108,21 @@ impl Formatter {
     }
 }
 
+/// A CSV cell a spreadsheet would not read as a formula (OWASP "CSV
+/// injection"): a cell starting with `=`, `+`, `-`, `@`, a tab or a carriage
+/// return gets a leading `'`; any other cell is unchanged.
+pub fn neutralize_cell(cell: &str) -> std::borrow::Cow<'_, str> {
+    if cell.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        std::borrow::Cow::Owned(format!("'{cell}"))
+    } else {
+        std::borrow::Cow::Borrowed(cell)
+    }
+}
+
+/// One CSV record, every cell neutralized; the only place Writ writes CSV.
 fn csv_line<'a>(cells: impl Iterator<Item = Option<&'a str>>) -> String {
     let mut writer = csv::Writer::from_writer(Vec::new());
-    let _ = writer.write_record(cells.map(|c| c.unwrap_or("")));
+    let _ = writer.write_record(cells.map(|c| neutralize_cell(c.unwrap_or("")).into_owned()));
     let bytes = writer.into_inner().unwrap_or_default();
     String::from_utf8(bytes).unwrap_or_default()
 }
@@ -184,5 +197,31 @@ mod tests {
         assert!(line.starts_with("7,\"a,\"\"b\"\"\","), "{line}");
         assert!(line.ends_with('\n'), "{line:?}");
         assert!(c.header().ends_with("last_admission_status\n"));
+        row[1] = Some("=HYPERLINK(\"http://x\")".into());
+        let line = c.row(&row);
+        assert!(
+            line.starts_with("7,\"'=HYPERLINK(\"\"http://x\"\")\","),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn neutralizes_formula_cells() {
+        for (cell, expected) in [
+            ("=1+2", "'=1+2"),
+            ("+1", "'+1"),
+            ("-1", "'-1"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\tx", "'\tx"),
+            ("\rx", "'\rx"),
+            ("'=x", "'=x"),
+            ("", ""),
+            ("acme/w", "acme/w"),
+            ("a=b", "a=b"),
+            (" =x", " =x"),
+            ("\nx", "\nx"),
+        ] {
+            assert_eq!(neutralize_cell(cell), expected, "{cell:?}");
+        }
     }
 }

@@ -14,12 +14,12 @@ use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::scope::Scope;
 use crate::domain::submission::content_digest;
 use crate::domain::text::check_title;
+use crate::store::Tx;
 use crate::store::admission::EvaluationInputs;
 use crate::store::audit::Outcome as CallOutcome;
 use crate::store::grants::GrantRow;
 use crate::store::handoff::{self, HandedOff, Handoff};
 use crate::store::issues::{self, SubmissionRow};
-use crate::store::{Tx, is_unique_violation};
 
 /// A validated submission.
 #[derive(Debug, Clone)]
@@ -118,10 +118,7 @@ pub async fn submit(
             audit::commit(ctx, tx, caller).await?;
             return answer;
         }
-        Err(Error::Internal(e))
-            if e.downcast_ref::<sqlx::Error>()
-                .is_some_and(is_unique_violation) =>
-        {
+        Ok(Created::Raced) => {
             // Lost a race on (grant_id, request_key): answer as the winner did.
             drop(tx);
             return resolve_after_race(ctx, caller, owner, repo, id, input, &content).await;
@@ -192,6 +189,9 @@ enum Created {
     },
     /// The handoff admission blocked: only the evaluation was written.
     Blocked(PackageView),
+    /// Another transaction committed a receipt under the same request key
+    /// first (the unique `(grant_id, request_key)` refused this one).
+    Raced,
 }
 
 /// Writes the issue, the receipt and the counter (or, when the handoff
@@ -248,7 +248,11 @@ async fn create(
             }),
         },
     )
-    .await?;
+    .await;
+    let written = match written {
+        Err(e) if e.is_unique() => return Ok(Created::Raced),
+        other => other?,
+    };
     if audit.is_some() {
         audit::completed_in(caller);
     }

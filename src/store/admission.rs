@@ -9,7 +9,7 @@ use super::schema::{
     AdmissionEvaluations, Catalogs, FsContextChanges, HealthSnapshots, McpHealth, Users,
 };
 use super::shape::{Shape, slot};
-use super::{StoreResult, Tx};
+use super::{StoreError, StoreResult, Tx};
 
 /// Records a catalog version (once).
 pub async fn record_catalog(
@@ -137,7 +137,7 @@ pub async fn capture_snapshot(
     tx.execute(&q).await?;
     match find_snapshot(tx, digest).await? {
         Some(id) => Ok(id),
-        None => Err(sqlx::Error::RowNotFound),
+        None => Err(StoreError::NotFound),
     }
 }
 
@@ -424,7 +424,7 @@ pub(super) fn inputs_json(repository: Expr) -> Expr {
 pub(super) fn parse_inputs_json(json: Option<&str>) -> StoreResult<EvaluationInputs> {
     let rows = match json {
         Some(json) => serde_json::from_str::<Vec<InputRow>>(json)
-            .map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+            .map_err(|e| StoreError::other(format!("evaluation inputs: {e}")))?,
         None => Vec::new(),
     };
     parse_inputs(rows)
@@ -453,9 +453,7 @@ pub(super) fn parse_inputs(rows: Vec<InputRow>) -> StoreResult<EvaluationInputs>
             }),
             (2, Some(id)) => inputs.latest_snapshot = Some((id, text(row.a))),
             _ => {
-                return Err(sqlx::Error::Protocol(
-                    "unexpected evaluation input row".into(),
-                ));
+                return Err(StoreError::other("unexpected evaluation input row"));
             }
         }
     }

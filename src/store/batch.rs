@@ -137,7 +137,7 @@ impl Checkpointer {
                     flag.store(false, Ordering::Release);
                 }
             })
-            .map_err(StoreError::Io)?;
+            .map_err(StoreError::from)?;
         Ok(Checkpointer {
             wake,
             running,
@@ -230,6 +230,10 @@ pub struct WriterConfig {
     pub records: RecordCommit,
     /// Most jobs per commit: [`MAX_BATCH`] with group commit, 1 without.
     pub max_batch: usize,
+    /// Where the outcome of each commit is noted (for `/readyz`).
+    pub health: Arc<super::health::WriteHealth>,
+    /// `PRAGMA max_page_count` of the writer's connection, if set.
+    pub max_page_count: Option<u64>,
 }
 
 type Lease = oneshot::Sender<StoreResult<BatchTx>>;
@@ -310,6 +314,8 @@ pub struct Writer {
     tx: mpsc::Sender<Msg>,
     /// Records announced by calls still running (see [`Writer::expect`]).
     expected: Arc<AtomicUsize>,
+    /// The outcome of the latest commit.
+    health: Arc<super::health::WriteHealth>,
 }
 
 /// A call's word that it will append a record (see [`Writer::expect`]);
@@ -330,6 +336,8 @@ pub struct BatchTx {
     back: Option<oneshot::Sender<(Connection, Returned)>>,
     /// Whether this job's savepoint is open (its first statement opens it).
     opened: bool,
+    /// Where a statement that failed for want of storage is noted.
+    health: Arc<super::health::WriteHealth>,
 }
 
 impl std::fmt::Debug for BatchTx {
@@ -351,6 +359,11 @@ impl BatchTx {
             self.opened = true;
         }
         Ok(conn)
+    }
+
+    /// Whether the writes fail for want of storage.
+    pub fn health(&self) -> &super::health::WriteHealth {
+        &self.health
     }
 
     fn hand_back(&mut self, returned: Returned) {
@@ -383,11 +396,17 @@ impl Drop for BatchTx {
 }
 
 fn writer_gone() -> StoreError {
-    StoreError::PoolClosed
+    StoreError::Unavailable("the SQLite writer has stopped".into())
 }
 
-fn failed(why: &str) -> StoreError {
-    StoreError::Protocol(format!("group commit failed: {why}"))
+/// How a caller learns that the batch it joined failed: the batch's own
+/// failure, so a full disk or a lost file stays a database that is
+/// unavailable, and anything else a failure of the group commit.
+fn failed(why: &StoreError) -> StoreError {
+    match why {
+        StoreError::Unavailable(_) => why.clone(),
+        other => StoreError::other(format!("group commit failed: {other}")),
+    }
 }
 
 impl Writer {
@@ -398,11 +417,21 @@ impl Writer {
         let (tx, rx) = mpsc::channel();
         let expected = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&expected);
+        let health = Arc::clone(&config.health);
         std::thread::Builder::new()
             .name("writ-sqlite-writer".into())
             .spawn(move || run(config, conn, rx, &counted, &checkpointer))
-            .map_err(StoreError::Io)?;
-        Ok(Writer { tx, expected })
+            .map_err(StoreError::from)?;
+        Ok(Writer {
+            tx,
+            expected,
+            health,
+        })
+    }
+
+    /// Whether the latest commits failed for want of storage.
+    pub fn health(&self) -> &super::health::WriteHealth {
+        &self.health
     }
 
     /// Announces a record that this call will [`Writer::append`] once its
@@ -452,12 +481,20 @@ impl Writer {
 
 /// A write connection to the file, as configured.
 fn connect(config: &WriterConfig) -> StoreResult<Connection> {
-    sqlite::open(
+    let conn = sqlite::open(
         &config.path,
         Role::Write {
             synchronous: config.synchronous,
         },
-    )
+    )?;
+    if let Some(pages) = config.max_page_count {
+        conn.pragma_update(
+            None,
+            "max_page_count",
+            i64::try_from(pages).unwrap_or(i64::MAX),
+        )?;
+    }
+    Ok(conn)
 }
 
 /// The writer's connection, its WAL hook in place of the automatic
@@ -491,7 +528,7 @@ fn run(
         let c = match conn.take().map_or_else(|| open(&config), Ok) {
             Ok(c) => c,
             Err(e) => {
-                refuse(msg, &e.to_string());
+                refuse(msg, &e);
                 continue;
             }
         };
@@ -503,7 +540,7 @@ fn run(
                 match carried.take() {
                     // A job came: the records join its batch.
                     Some(Msg::Begin(first)) => {
-                        let (c, shutdown) = run_batch(c, first, appends, &rx, config.max_batch);
+                        let (c, shutdown) = run_batch(c, first, appends, &rx, &config);
                         conn = c;
                         if let Some(done) = shutdown {
                             drop(conn.take());
@@ -513,12 +550,12 @@ fn run(
                     }
                     other => {
                         carried = other;
-                        conn = appends.commit_alone(c, config.records, &rx, &mut carried);
+                        conn = appends.commit_alone(c, &config, &rx, &mut carried);
                     }
                 }
             }
             Msg::Begin(first) => {
-                let (c, shutdown) = run_batch(c, first, Appends::default(), &rx, config.max_batch);
+                let (c, shutdown) = run_batch(c, first, Appends::default(), &rx, &config);
                 conn = c;
                 if let Some(done) = shutdown {
                     drop(conn.take());
@@ -536,7 +573,7 @@ fn run(
 }
 
 /// Answers a message the writer cannot serve (no connection).
-fn refuse(msg: Msg, why: &str) {
+fn refuse(msg: Msg, why: &StoreError) {
     match msg {
         Msg::Begin(lease) => drop(lease.send(Err(failed(why)))),
         Msg::Append(_, done) => done.tell(Err(failed(why))),
@@ -555,7 +592,7 @@ fn tell_committed(waiters: Vec<Done>) {
     }
 }
 
-fn fail_all(waiters: Vec<Done>, why: &str) {
+fn fail_all(waiters: Vec<Done>, why: &StoreError) {
     for w in waiters {
         w.tell(Err(failed(why)));
     }
@@ -685,11 +722,11 @@ impl Appends {
     fn commit_alone(
         mut self,
         c: Connection,
-        records: RecordCommit,
+        config: &WriterConfig,
         rx: &mpsc::Receiver<Msg>,
         carried: &mut Option<Msg>,
     ) -> Option<Connection> {
-        let relaxed = match records {
+        let relaxed = match config.records {
             RecordCommit::Relaxed { restore } => Some(restore),
             RecordCommit::Durable => None,
         };
@@ -705,13 +742,14 @@ impl Appends {
         let written = begun
             .and_then(|()| self.insert(&c))
             .and_then(|()| sqlite::batch(&c, "COMMIT"));
+        config.health.note(&written);
         match written {
             Ok(()) => tell_committed(self.waiters),
             Err(e) => {
                 if !c.is_autocommit() {
                     let _ = c.execute_batch("ROLLBACK");
                 }
-                self.fail(&e.to_string());
+                self.fail(&e);
             }
         }
         match relaxed {
@@ -726,7 +764,7 @@ impl Appends {
     /// the records' callers, to be told with the batch. If the insert
     /// fails, only the records are undone and their callers told; if even
     /// that fails, the batch must fail (`Err`).
-    fn insert_in_batch(mut self, c: Connection) -> (Connection, Result<Vec<Done>, String>) {
+    fn insert_in_batch(mut self, c: Connection) -> (Connection, Result<Vec<Done>, StoreError>) {
         let c = self.run_reads(c);
         if self.calls.is_empty() {
             return (c, Ok(Vec::new()));
@@ -738,14 +776,14 @@ impl Appends {
             return (c, Ok(self.waiters));
         };
         let undone = c.execute_batch("ROLLBACK TO writ_append; RELEASE writ_append");
-        self.fail(&e.to_string());
+        self.fail(&e);
         match undone {
             Ok(()) => (c, Ok(Vec::new())),
-            Err(e) => (c, Err(e.to_string())),
+            Err(e) => (c, Err(StoreError::from(e))),
         }
     }
 
-    fn fail(self, why: &str) {
+    fn fail(self, why: &StoreError) {
         fail_all(self.waiters, why);
     }
 }
@@ -760,10 +798,11 @@ fn run_batch(
     first: Lease,
     appends: Appends,
     rx: &mpsc::Receiver<Msg>,
-    max_batch: usize,
+    config: &WriterConfig,
 ) -> (Option<Connection>, Option<oneshot::Sender<()>>) {
     if let Err(e) = sqlite::batch(&c, "BEGIN IMMEDIATE") {
-        appends.fail(&e.to_string());
+        config.health.note::<()>(&Err(e.clone()));
+        appends.fail(&e);
         let _ = first.send(Err(e));
         return (Some(c), None);
     }
@@ -773,12 +812,12 @@ fn run_batch(
         failed: None,
         shutdown: None,
     };
-    let Some(c) = batch.lend(c, first, rx, max_batch) else {
+    let Some(c) = batch.lend(c, first, rx, config) else {
         // The connection was lost with its transaction (nothing of the
         // batch was committed); the next batch opens a fresh one.
-        let why = "the group commit lost its connection";
-        fail_all(batch.waiters, why);
-        batch.appends.fail(why);
+        let why = StoreError::Unavailable("the group commit lost its connection".into());
+        fail_all(batch.waiters, &why);
+        batch.appends.fail(&why);
         return (None, batch.shutdown);
     };
     let appends = std::mem::take(&mut batch.appends);
@@ -800,6 +839,7 @@ fn run_batch(
         None => sqlite::batch(&c, "COMMIT"),
         Some(why) => Err(failed(why)),
     };
+    config.health.note(&result);
     match result {
         Ok(()) => tell_committed(batch.waiters),
         Err(e) => {
@@ -807,7 +847,7 @@ fn run_batch(
             if !c.is_autocommit() {
                 let _ = c.execute_batch("ROLLBACK");
             }
-            fail_all(batch.waiters, &e.to_string());
+            fail_all(batch.waiters, &e);
         }
     }
     (Some(c), batch.shutdown)
@@ -817,7 +857,7 @@ fn run_batch(
 struct Batch {
     waiters: Vec<Done>,
     appends: Appends,
-    failed: Option<String>,
+    failed: Option<StoreError>,
     shutdown: Option<oneshot::Sender<()>>,
 }
 
@@ -829,14 +869,16 @@ impl Batch {
         mut c: Connection,
         first: Lease,
         rx: &mpsc::Receiver<Msg>,
-        max_batch: usize,
+        config: &WriterConfig,
     ) -> Option<Connection> {
+        let max_batch = config.max_batch;
         let started = Instant::now();
         let mut next = Some(first);
         let mut count = 0;
         while let Some(lease) = next.take() {
             let (back, returned) = oneshot::channel();
             let job = BatchTx {
+                health: Arc::clone(&config.health),
                 conn: Some(c),
                 back: Some(back),
                 opened: false,
@@ -845,7 +887,7 @@ impl Batch {
             // its drop hands the connection back as abandoned.
             drop(lease.send(Ok(job)));
             let Ok((back_conn, outcome)) = returned.blocking_recv() else {
-                self.failed = Some("connection lost".into());
+                self.failed = Some(StoreError::Unavailable("connection lost".into()));
                 return None;
             };
             c = back_conn;
@@ -858,14 +900,14 @@ impl Batch {
                 Returned::Abandon { opened: false } => {}
                 Returned::Abandon { opened: true } => {
                     if let Err(e) = c.execute_batch("ROLLBACK TO writ_job; RELEASE writ_job") {
-                        self.failed = Some(e.to_string());
+                        self.failed = Some(StoreError::from(e));
                         break;
                     }
                 }
             }
             if c.is_autocommit() {
                 // SQLite ended the transaction (and every savepoint in it).
-                self.failed = Some("SQLite ended the batch's transaction".into());
+                self.failed = Some(StoreError::other("SQLite ended the batch's transaction"));
                 break;
             }
             count += 1;
@@ -898,6 +940,8 @@ mod tests {
 
     fn writer(path: &std::path::Path, records: RecordCommit) -> Writer {
         Writer::start(WriterConfig {
+            health: Default::default(),
+            max_page_count: None,
             path: path.to_owned(),
             synchronous: "FULL",
             records,

@@ -47,9 +47,7 @@ struct CountRow {
 /// `issuer_id` is refused.
 pub async fn count_grants(tx: &mut Tx, f: &GrantFilter<'_>) -> StoreResult<GrantCount> {
     if f.issuer_id.is_some() {
-        return Err(StoreError::InvalidArgument(
-            "grant counts are not kept per issuer".into(),
-        ));
+        return Err(StoreError::other("grant counts are not kept per issuer"));
     }
     let c = GrantCounts::Table;
     let mut q = Query::select();

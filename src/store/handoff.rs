@@ -15,7 +15,7 @@ use super::audit::{CallEnd, CallEndStatement, EndKind, Outcome};
 use super::issues::{ISSUE_COLUMNS, RECEIPT_COLUMNS, bump_index};
 use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions};
 use super::shape::{Shape, slot};
-use super::{Backend, StoreResult, Tx};
+use super::{Backend, StoreError, StoreResult, Tx};
 
 /// Everything a successful handoff writes (see the module's doc).
 pub struct Handoff<'a> {
@@ -265,7 +265,7 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
     let (submission_id,): (i64,) = tx.fetch_one(&q).await?;
     let q = COUNTER.bind(SQLITE, bump_counter, args);
     if tx.execute(&q).await? != 1 {
-        return Err(sqlx::Error::RowNotFound);
+        return Err(StoreError::NotFound);
     }
     if let Some((end, outcome)) = h.audit {
         let kind = end.kind();
@@ -276,7 +276,7 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
             end.values(outcome),
         );
         if tx.fetch_optional::<(i64,)>(&q).await?.is_none() {
-            return Err(sqlx::Error::RowNotFound);
+            return Err(StoreError::NotFound);
         }
     }
     Ok(HandedOff {

@@ -139,5 +139,5 @@ impl Drop for ReadConn {
 
 /// A write asked of a read connection.
 pub fn read_only() -> StoreError {
-    StoreError::Protocol("a write on a read connection".into())
+    StoreError::other("a write on a read connection")
 }

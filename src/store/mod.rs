@@ -5,9 +5,11 @@
 pub mod admission;
 pub mod audit;
 pub mod batch;
+pub mod error;
 pub mod grant_pages;
 pub mod grants;
 pub mod handoff;
+pub mod health;
 pub mod inline;
 pub mod issues;
 pub mod pg_conns;
@@ -38,10 +40,7 @@ use sqlx::{AssertSqlSafe, FromRow, PgPool, SqlitePool};
 
 use crate::config::Config;
 
-/// Database errors, as sqlx reports them.
-pub type StoreError = sqlx::Error;
-/// Result of a store call.
-pub type StoreResult<T> = Result<T, StoreError>;
+pub use error::{Error as StoreError, Result as StoreResult};
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -198,6 +197,8 @@ impl Store {
                 } else {
                     1
                 },
+                health: Default::default(),
+                max_page_count: config.sqlite_max_page_count,
             })?;
             Ok(Store::Sqlite(pool, writer, readers))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
@@ -249,8 +250,17 @@ impl Store {
         Ok(())
     }
 
-    /// True when the database answers and every embedded migration is applied.
+    /// True when the database answers, every embedded migration is
+    /// applied, and no write failed for want of storage in the last
+    /// seconds ([`health::WriteHealth`]).
     pub async fn ready(&self) -> bool {
+        let writes = match self {
+            Store::Sqlite(_, writer, _) => writer.health(),
+            Store::Postgres(_, conns, _) => conns.health(),
+        };
+        if writes.failing() {
+            return false;
+        }
         let (migrator, mut tx) = match self.read().await {
             Ok(tx) => (self.migrator(), tx),
             Err(_) => return false,
@@ -381,7 +391,8 @@ impl Tx {
         let pg = match self.conn()? {
             Ok(c) => {
                 let (sql, values) = q.render(Backend::Sqlite);
-                return Ok(sqlite::rows(c, &sql, &values, Some(1))?.pop());
+                let rows = sqlite::rows(c, &sql, &values, Some(1));
+                return self.noted(rows).map(|mut rows| rows.pop());
             }
             Err(pg) => pg,
         };
@@ -394,7 +405,7 @@ impl Tx {
 
     /// Runs a query expected to return exactly one row.
     pub async fn fetch_one<T: BothRows>(&mut self, q: &impl Statement) -> StoreResult<T> {
-        self.fetch_optional(q).await?.ok_or(StoreError::RowNotFound)
+        self.fetch_optional(q).await?.ok_or(StoreError::NotFound)
     }
 
     /// Runs a query and collects every row.
@@ -402,7 +413,8 @@ impl Tx {
         let pg = match self.conn()? {
             Ok(c) => {
                 let (sql, values) = q.render(Backend::Sqlite);
-                return sqlite::rows(c, &sql, &values, None);
+                let rows = sqlite::rows(c, &sql, &values, None);
+                return self.noted(rows);
             }
             Err(pg) => pg,
         };
@@ -421,13 +433,25 @@ impl Tx {
         let pg = match self.conn()? {
             Ok(c) => {
                 let (sql, values) = q.render(Backend::Sqlite);
-                return sqlite::execute(c, &sql, &values);
+                let done = sqlite::execute(c, &sql, &values);
+                return self.noted(done);
             }
             Err(pg) => pg,
         };
         let (sql, values) = postgres_sql(q);
         let done = sqlx::query_with(sql, values).execute(pg.statement()).await;
         pg.done(done).map(|r| r.rows_affected())
+    }
+
+    /// A SQLite write's statement outcome, its failure for want of
+    /// storage noted for `/readyz` (a full file fails the statement that
+    /// needs a new page, not the batch's commit). PostgreSQL's connections
+    /// note their own.
+    fn noted<T>(&self, outcome: StoreResult<T>) -> StoreResult<T> {
+        if let Tx::Batch(tx) = self {
+            tx.health().note(&outcome);
+        }
+        outcome
     }
 
     /// Commits; only after this returns may a 2xx be sent.
@@ -461,5 +485,5 @@ fn postgres_sql(q: &impl Statement) -> (AssertSqlSafe<Cow<'static, str>>, SqlxVa
 
 /// True when `err` is a unique-constraint violation.
 pub fn is_unique_violation(err: &StoreError) -> bool {
-    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+    err.is_unique()
 }

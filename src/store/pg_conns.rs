@@ -52,6 +52,8 @@ pub struct Conns {
     permits: Arc<Semaphore>,
     acquire_timeout: Duration,
     closed: AtomicBool,
+    /// The outcome of the latest commit.
+    health: super::health::WriteHealth,
 }
 
 #[derive(Debug)]
@@ -77,7 +79,13 @@ impl Conns {
             permits: Arc::new(Semaphore::new(max.max(1) as usize)),
             acquire_timeout,
             closed: AtomicBool::new(false),
+            health: Default::default(),
         })
+    }
+
+    /// Whether the latest commits failed for want of storage.
+    pub fn health(&self) -> &super::health::WriteHealth {
+        &self.health
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
@@ -92,11 +100,11 @@ impl Conns {
             Arc::clone(&self.permits).acquire_owned(),
         )
         .await
-        .map_err(|_| StoreError::PoolTimedOut)?
-        .map_err(|_| StoreError::PoolClosed)?;
+        .map_err(|_| StoreError::Unavailable("no PostgreSQL connection free in time".into()))?
+        .map_err(|_| StoreError::Unavailable("the connections are closed".into()))?;
         loop {
             if self.closed.load(Ordering::Acquire) {
-                return Err(StoreError::PoolClosed);
+                return Err(StoreError::Unavailable("the connections are closed".into()));
             }
             let popped = self.idle().pop();
             let conn = match popped {
@@ -116,7 +124,9 @@ impl Conns {
                     PgConnection::connect_with(&self.options),
                 )
                 .await
-                .map_err(|_| StoreError::PoolTimedOut)??,
+                .map_err(|_| {
+                    StoreError::Unavailable("no PostgreSQL connection free in time".into())
+                })??,
             };
             return Ok(Conn {
                 conn: Some(conn),
@@ -175,10 +185,12 @@ impl Conn {
     }
 
     /// Ends the statement started by [`Conn::statement`].
-    pub fn done<T>(&mut self, result: StoreResult<T>) -> StoreResult<T> {
+    pub fn done<T, E: Into<StoreError>>(&mut self, result: Result<T, E>) -> StoreResult<T> {
         if result.is_ok() && self.state == State::Unsettled {
             self.state = State::Settled;
         }
+        let result = result.map_err(Into::into);
+        self.home.health.note(&result);
         result
     }
 
@@ -187,12 +199,14 @@ impl Conn {
     pub async fn begin(&mut self, begin: &'static str) -> StoreResult<()> {
         debug_assert_eq!(self.state, State::Settled);
         self.state = State::InTx;
-        self.raw().execute(begin).await.map(drop)
+        Ok(self.raw().execute(begin).await.map(drop)?)
     }
 
     /// Commits the open transaction.
     pub async fn commit(&mut self) -> StoreResult<()> {
-        self.end("COMMIT").await
+        let committed = self.end("COMMIT").await;
+        self.home.health.note(&committed);
+        committed
     }
 
     /// Rolls the open transaction back.
@@ -209,7 +223,7 @@ impl Conn {
         if ended.is_ok() {
             self.state = State::Settled;
         }
-        ended
+        Ok(ended?)
     }
 }
 
@@ -290,7 +304,7 @@ pub(crate) mod tests {
         (T,): for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
     {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
-        let row: StoreResult<(T,)> = sqlx::query_as(sql).fetch_one(conn.statement()).await;
+        let row: Result<(T,), sqlx::Error> = sqlx::query_as(sql).fetch_one(conn.statement()).await;
         conn.done(row).expect("query").0
     }
 
@@ -397,7 +411,8 @@ pub(crate) mod tests {
             let row: StoreResult<(i64,)> =
                 sqlx::query_as("SELECT CAST(7 AS BIGINT) FROM pg_sleep(0.3)")
                     .fetch_one(conn.statement())
-                    .await;
+                    .await
+                    .map_err(StoreError::from);
             row
         };
         assert!(
@@ -435,6 +450,9 @@ pub(crate) mod tests {
         drop(held);
         waiting.await.expect("join").expect("second acquire");
         conns.close().await;
-        assert!(matches!(conns.acquire().await, Err(StoreError::PoolClosed)));
+        assert!(matches!(
+            conns.acquire().await,
+            Err(StoreError::Unavailable(_))
+        ));
     }
 }

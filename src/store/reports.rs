@@ -124,6 +124,8 @@ impl Report {
                 ("native_status", Int),
                 ("error_code", Text),
                 ("completed_at", Text),
+                ("at", Text),
+                ("grant_rule_id", Text),
             ],
         }
     }
@@ -212,7 +214,8 @@ pub fn stream(
                             .collect(),
                         Ok(None) => break,
                         Err(e) => Err(e),
-                    };
+                    }
+                    .map_err(StoreError::from);
                     let failed = item.is_err();
                     if tx.send(item).await.is_err() || failed {
                         break;

@@ -18,15 +18,13 @@
 //! column name through serde ([`super::sqlite_row`]), the names `sqlx::FromRow`
 //! reads on the other paths.
 
-use std::borrow::Cow;
 use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::types::{ToSqlOutput, Value as Sql};
-use rusqlite::{Connection, ErrorCode, OpenFlags, ToSql};
+use rusqlite::{Connection, OpenFlags, ToSql};
 use sea_query::Value;
 use serde::de::DeserializeOwned;
-use sqlx::error::{DatabaseError, ErrorKind};
 
 use super::{StoreError, StoreResult};
 
@@ -94,8 +92,8 @@ pub fn rows<T: DeserializeOwned>(
         let Some(row) = rows.next().map_err(error)? else {
             break;
         };
-        let decoded =
-            super::sqlite_row::decode::<T>(row).map_err(|e| StoreError::Decode(Box::new(e)))?;
+        let decoded = super::sqlite_row::decode::<T>(row)
+            .map_err(|e| StoreError::other(format!("decode: {e}")))?;
         out.push(decoded);
     }
     Ok(out)
@@ -117,85 +115,9 @@ pub fn batch(conn: &Connection, sql: &str) -> StoreResult<()> {
     execute(conn, sql, &[]).map(drop)
 }
 
-/// A rusqlite error as the store's error type: a failure reported by
-/// SQLite becomes a database error that tells its kind (a unique violation
-/// is what the replay path looks for), anything else a protocol error.
+/// A rusqlite error as the store's error type.
 pub fn error(e: rusqlite::Error) -> StoreError {
-    match e {
-        rusqlite::Error::SqliteFailure(failure, message) => {
-            StoreError::Database(Box::new(SqliteFailure {
-                extended: failure.extended_code,
-                kind: kind(failure),
-                message: message.unwrap_or_else(|| failure.to_string()),
-            }))
-        }
-        rusqlite::Error::QueryReturnedNoRows => StoreError::RowNotFound,
-        other => StoreError::Protocol(format!("SQLite: {other}")),
-    }
-}
-
-fn kind(failure: rusqlite::ffi::Error) -> ErrorKind {
-    use rusqlite::ffi;
-    if failure.code != ErrorCode::ConstraintViolation {
-        return ErrorKind::Other;
-    }
-    match failure.extended_code {
-        ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
-            ErrorKind::UniqueViolation
-        }
-        ffi::SQLITE_CONSTRAINT_FOREIGNKEY => ErrorKind::ForeignKeyViolation,
-        ffi::SQLITE_CONSTRAINT_NOTNULL => ErrorKind::NotNullViolation,
-        ffi::SQLITE_CONSTRAINT_CHECK => ErrorKind::CheckViolation,
-        _ => ErrorKind::Other,
-    }
-}
-
-/// An error SQLite reported, as sqlx's database error.
-#[derive(Debug)]
-struct SqliteFailure {
-    extended: i32,
-    kind: ErrorKind,
-    message: String,
-}
-
-impl std::fmt::Display for SqliteFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for SqliteFailure {}
-
-impl DatabaseError for SqliteFailure {
-    fn message(&self) -> &str {
-        &self.message
-    }
-
-    fn code(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Owned(self.extended.to_string()))
-    }
-
-    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
-        self
-    }
-
-    fn kind(&self) -> ErrorKind {
-        match &self.kind {
-            ErrorKind::UniqueViolation => ErrorKind::UniqueViolation,
-            ErrorKind::ForeignKeyViolation => ErrorKind::ForeignKeyViolation,
-            ErrorKind::NotNullViolation => ErrorKind::NotNullViolation,
-            ErrorKind::CheckViolation => ErrorKind::CheckViolation,
-            _ => ErrorKind::Other,
-        }
-    }
+    StoreError::from(e)
 }
 
 /// A sea-query value bound as rusqlite binds it (the conversions sqlx's

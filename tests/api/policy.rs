@@ -157,7 +157,6 @@ async fn validation_errors_change_nothing(app: TestApp) {
         json!({"grants": many_grants}),
         json!({"grants": [g("a", json!(many_patterns), json!([GET]))]}),
         json!({"grants": [{"id": "a", "tools": [GET]}]}),
-        json!({"grants": [{"repos": [], "tools": [GET]}]}),
         json!({"grants": [{"id": "a", "repos": [], "tools": [GET], "permissions": {}}]}),
         json!({"grants": [g("a", json!("acme/x"), json!([GET]))]}),
         json!({"grants": {}}),

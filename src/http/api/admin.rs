@@ -4,8 +4,8 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
 use super::segments;
 use crate::domain::ids::parse_positive_i64;
@@ -46,13 +46,19 @@ pub async fn create_token(
     headers: HeaderMap,
     path: Result<Path<String>, PathRejection>,
     body: Body,
-) -> Result<(StatusCode, Json<NewTokenView>), ApiError> {
+) -> Result<Response, ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
     Setup::Api(&caller).check()?;
     let login = segments(path)?;
     let input: NewTokenInput = strict_json(&headers, body).await?;
     let token = admin::create_token(&ctx, Setup::Api(&caller), &login, input).await?;
-    Ok((StatusCode::CREATED, Json(token)))
+    // The answer is the only copy of the secret: no cache may keep it.
+    Ok((
+        StatusCode::CREATED,
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(token),
+    )
+        .into_response())
 }
 
 /// Revokes a token.

@@ -2,7 +2,9 @@
 //! Every changing POST checks Origin/Referer and Sec-Fetch-Site, and the
 //! service consumes its nonce inside the change's own transaction.
 
+pub mod form_utf8;
 pub mod grant_form;
+pub mod security;
 pub mod settings;
 pub mod templates;
 
@@ -61,6 +63,7 @@ pub fn routes() -> Router<Ctx> {
         )
         .route("/admin/mcp", get(settings::admin_mcp))
         .route("/{owner}/{repo}/issues/{index}", get(grants::issue_page))
+        .layer(axum::middleware::from_fn(form_utf8::refuse_invalid_utf8))
 }
 
 async fn stylesheet() -> impl IntoResponse {
@@ -98,6 +101,9 @@ pub(crate) fn error_response(err: &Error, chrome: Chrome) -> Response {
         return crate::http::error::ApiError(Error::Internal(anyhow::anyhow!("{cause:#}")))
             .into_response();
     }
+    if let Error::StorageUnavailable(cause) = err {
+        crate::http::error::storage_unavailable(cause);
+    }
     let heading = match err.status() {
         401 => "Log in failed",
         403 => "Not allowed",
@@ -105,10 +111,11 @@ pub(crate) fn error_response(err: &Error, chrome: Chrome) -> Response {
         409 => "Conflict",
         422 => "Check the form",
         429 => "Too many attempts",
+        503 => "Temporarily unavailable",
         _ => "Refused",
     };
     let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::BAD_REQUEST);
-    html(
+    let mut response = html(
         status,
         ErrorPage {
             chrome,
@@ -118,7 +125,11 @@ pub(crate) fn error_response(err: &Error, chrome: Chrome) -> Response {
                 other => other.message(),
             },
         },
-    )
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        crate::http::error::retry_later(&mut response);
+    }
+    response
 }
 
 /// The client's address key (`domain::net::address_key`): the TCP peer,
