@@ -274,10 +274,14 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 class Server:
     """One `writ serve` on 127.0.0.1:port; restartable on the same port."""
 
-    def __init__(self, binary: str, url: str, port: int, logdir: Path, name: str = "writ") -> None:
+    def __init__(self, binary: str, url: str, port: int, logdir: Path, name: str = "writ",
+                 settings: dict[str, str] | None = None, nofile: int | None = None) -> None:
+        """`settings`: extra WRIT_* variables; `nofile`: the process's descriptor limit."""
         self.binary = binary
         self.url = url
         self.port = port
+        self.settings = settings or {}
+        self.nofile = nofile
         self.log_path = logdir / f"{name}-{port}.log"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
@@ -302,7 +306,8 @@ class Server:
             self.proc = subprocess.Popen(
                 [self.binary, "--database-url", self.url, "serve",
                  "--bind", f"{LOOPBACK}:{self.port}", "--public-url", self.base],
-                stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=clean_env(),
+                stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                env={**clean_env(), **self.settings}, preexec_fn=self._limit,
             )
         self.starts += 1
         began = time.monotonic()
@@ -324,6 +329,11 @@ class Server:
                     pass
             time.sleep(0.02)
         return False, f"not ready within {timeout}s: {self.log_tail()}"
+
+    def _limit(self) -> None:
+        if self.nofile is not None:
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     def kill(self) -> None:
         """SIGKILL, no grace."""

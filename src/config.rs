@@ -59,6 +59,35 @@ pub struct Config {
     pub login_throttle_failures: i64,
     /// Window of the login throttle, in seconds.
     pub login_throttle_seconds: i64,
+    /// Failed logins for one login, from all addresses together, within
+    /// `login_throttle_seconds` before attempts from addresses that never
+    /// logged in as that user are refused (guessing spread over many
+    /// addresses). `login_throttle_failures` applies per (login, address).
+    pub login_throttle_login_ceiling: i64,
+    /// Password hashes a process runs at once; 0 means one per core.
+    pub login_hash_concurrency: u32,
+    /// How long a login waits for a free hashing slot before it is
+    /// answered 503 with `Retry-After`, in milliseconds.
+    pub login_hash_wait_ms: u64,
+    /// Pre-login sessions (login page visits without a session) kept per
+    /// client address; the oldest beyond this are deleted.
+    pub prelogin_sessions_per_address: i64,
+    /// Pre-login sessions kept in all; the oldest beyond this are deleted.
+    pub prelogin_sessions_total: i64,
+    /// Reverse proxies (IP addresses or CIDR networks) whose
+    /// `X-Forwarded-For` names the client; from any other peer it is ignored.
+    pub trusted_proxies: Vec<String>,
+    /// Seconds a connection may take to send a request's headers.
+    pub header_read_timeout_seconds: u64,
+    /// Seconds a keep-alive connection may stay idle between requests.
+    pub idle_timeout_seconds: u64,
+    /// Open HTTP connections at most (never more than the descriptor limit
+    /// allows; see docs/runbook.md). Not `max_connections`, which is the
+    /// database pool.
+    pub max_connections_total: u32,
+    /// Open HTTP connections from one client address at most (trusted
+    /// proxies are exempt).
+    pub max_connections_per_address: u32,
     /// Fewest characters a human's password may have, on every path that
     /// sets one (admin API, `writ admin user`, `writ admin bootstrap`).
     pub min_password_length: usize,
@@ -92,6 +121,16 @@ impl Default for Config {
             nonce_seconds: 30 * 60,
             login_throttle_failures: 5,
             login_throttle_seconds: 15 * 60,
+            login_throttle_login_ceiling: 50,
+            login_hash_concurrency: 0,
+            login_hash_wait_ms: 2000,
+            prelogin_sessions_per_address: 32,
+            prelogin_sessions_total: 10_000,
+            trusted_proxies: Vec::new(),
+            header_read_timeout_seconds: 10,
+            idle_timeout_seconds: 60,
+            max_connections_total: 4096,
+            max_connections_per_address: 256,
             min_password_length: 12,
             catalog_file: None,
             mcp_probes: Default::default(),

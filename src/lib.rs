@@ -44,13 +44,31 @@ impl Writ {
         .await?;
         tx.commit().await?;
         Ok(Writ {
-            ctx: Ctx::new(config, store, catalog),
+            ctx: Ctx::new(config, store, catalog)?,
         })
     }
 
     /// The HTTP application: JSON API, browser pages, service endpoints.
     pub fn router(&self) -> axum::Router {
         http::router(self.ctx.clone())
+    }
+
+    /// Serves the application on `listener` with the configured connection
+    /// limits and timeouts (`http::serve`) until `shutdown` completes.
+    pub async fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> anyhow::Result<()> {
+        let limits =
+            http::serve::Limits::from_config(&self.ctx.config).map_err(|e| anyhow::anyhow!(e))?;
+        tracing::info!(
+            max_connections_total = limits.total,
+            max_connections_per_address = limits.per_address,
+            "connection limits"
+        );
+        http::serve::serve(listener, self.router(), limits, shutdown).await?;
+        Ok(())
     }
 
     /// Creates the first admin (a human) and returns its new `write:admin` token.

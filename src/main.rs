@@ -360,9 +360,7 @@ async fn serve(config: Config, demo: bool) -> anyhow::Result<()> {
     tokio::spawn(writ::service::health::run_prober(writ.ctx().clone()));
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     tracing::info!(address = %listener.local_addr()?, public_url = %config.public_base(), "writ ready, listening on {}", listener.local_addr()?);
-    axum::serve(listener, writ.router())
-        .with_graceful_shutdown(shutdown())
-        .await?;
+    writ.serve(listener, shutdown()).await?;
     writ.close().await;
     Ok(())
 }

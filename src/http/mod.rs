@@ -9,6 +9,7 @@ pub mod json;
 pub mod mcp;
 pub mod pagination;
 pub mod request_id;
+pub mod serve;
 pub mod web;
 
 use std::sync::OnceLock;

@@ -41,17 +41,26 @@ pub struct Ctx {
     pub catalog: Arc<Catalog>,
     /// Tokens this process has seen live (see [`auth::TokenCache`]).
     pub tokens: Arc<auth::TokenCache>,
+    /// The bounds on password hashing (see [`sessions::LoginGate`]).
+    pub login_gate: Arc<sessions::LoginGate>,
+    /// Reverse proxies whose `X-Forwarded-For` names the client.
+    pub proxies: Arc<crate::domain::net::TrustedProxies>,
 }
 
 impl Ctx {
-    /// Bundles configuration, store and catalog.
-    pub fn new(config: Config, store: Store, catalog: Catalog) -> Ctx {
-        Ctx {
+    /// Bundles configuration, store and catalog; refuses a bad
+    /// `trusted_proxies` entry.
+    pub fn new(config: Config, store: Store, catalog: Catalog) -> anyhow::Result<Ctx> {
+        let proxies = crate::domain::net::TrustedProxies::parse(&config.trusted_proxies)
+            .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+        Ok(Ctx {
+            login_gate: Arc::new(sessions::LoginGate::new(config.login_hash_concurrency)),
+            proxies: Arc::new(proxies),
             config: Arc::new(config),
             store,
             catalog: Arc::new(catalog),
             tokens: Arc::default(),
-        }
+        })
     }
 }
 

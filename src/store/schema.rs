@@ -115,6 +115,7 @@ pub enum Sessions {
     ExpiresAt,
     AbsoluteExpiresAt,
     RevokedAt,
+    Address,
 }
 
 /// `form_nonces`
@@ -138,6 +139,16 @@ pub enum LoginFailures {
     Id,
     LowerLogin,
     At,
+    Address,
+}
+
+/// `login_addresses`
+#[derive(Iden, Clone, Copy)]
+pub enum LoginAddresses {
+    Table,
+    UserId,
+    Address,
+    LastLoginAt,
 }
 
 /// `issues`

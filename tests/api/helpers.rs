@@ -269,9 +269,12 @@ impl TestApp {
             .bootstrap_admin(ADMIN_LOGIN, Some(ADMIN_PASSWORD))
             .await
             .expect("bootstrap admin");
-        let router = writ.router();
+        let served = writ.clone();
         let server = tokio::spawn(async move {
-            axum::serve(listener, router).await.expect("serve");
+            served
+                .serve(listener, std::future::pending())
+                .await
+                .expect("serve");
         });
         TestApp {
             base,
@@ -297,9 +300,12 @@ impl TestApp {
             ..writ::Config::default()
         };
         let writ = writ::Writ::open(config).await.expect("open the replica");
-        let router = writ.router();
+        let served = writ.clone();
         let server = tokio::spawn(async move {
-            axum::serve(listener, router).await.expect("serve");
+            served
+                .serve(listener, std::future::pending())
+                .await
+                .expect("serve");
         });
         Replica {
             base: format!("http://127.0.0.1:{port}"),

@@ -59,6 +59,7 @@ mod bad_input;
 mod digest;
 mod edge;
 mod errors;
+mod exhaustion;
 mod forms;
 mod hardening_contract;
 mod hardening_web;

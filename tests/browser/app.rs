@@ -125,9 +125,12 @@ impl TestApp {
             .bootstrap_admin(ADMIN_LOGIN, Some(ADMIN_PASSWORD))
             .await
             .expect("bootstrap admin");
-        let router = writ.router();
+        let served = writ.clone();
         let server = tokio::spawn(async move {
-            axum::serve(listener, router).await.expect("serve");
+            served
+                .serve(listener, std::future::pending())
+                .await
+                .expect("serve");
         });
         let client = Client::builder()
             .redirect(reqwest::redirect::Policy::none())

@@ -9,9 +9,10 @@ pub mod settings;
 pub mod templates;
 
 use askama::Template;
+use axum::Extension;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
-use axum::extract::{Form, State};
+use axum::extract::{ConnectInfo, Form, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -128,6 +129,33 @@ pub(crate) fn error_response(err: &Error, chrome: Chrome) -> Response {
     if status == StatusCode::SERVICE_UNAVAILABLE {
         crate::http::error::retry_later(&mut response);
     }
+    response
+}
+
+/// The client's address key (`domain::net::address_key`): the TCP peer,
+/// or the client a trusted proxy names in `X-Forwarded-For`.
+fn client_address(
+    ctx: &Ctx,
+    peer: Option<Extension<ConnectInfo<std::net::SocketAddr>>>,
+    headers: &HeaderMap,
+) -> String {
+    let peer = peer.map_or(
+        std::net::IpAddr::from([0, 0, 0, 0]),
+        |Extension(ConnectInfo(p))| p.ip(),
+    );
+    let forwarded: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    crate::domain::net::address_key(ctx.proxies.client(peer, &forwarded))
+}
+
+/// A `Retry-After` header on a response.
+fn with_retry_after(mut response: Response, seconds: i64) -> Response {
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
     response
 }
 
@@ -277,21 +305,29 @@ async fn login_form(
     }
 }
 
-async fn login_page(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
+async fn login_page(
+    State(ctx): State<Ctx>,
+    peer: Option<Extension<ConnectInfo<std::net::SocketAddr>>>,
+    headers: HeaderMap,
+    jar: CookieJar,
+) -> Response {
     match current_session(&ctx, &jar).await {
         Ok(Some(s)) if s.user.is_some() => Redirect::to("/").into_response(),
         Ok(Some(pre)) => login_form(&ctx, &pre, StatusCode::OK, String::new(), None).await,
-        Ok(None) => match sessions::start_anonymous(&ctx).await {
-            Ok((pre, value)) => {
-                let jar = jar.add(cookie(&ctx, value));
-                (
-                    jar,
-                    login_form(&ctx, &pre, StatusCode::OK, String::new(), None).await,
-                )
-                    .into_response()
+        Ok(None) => {
+            match sessions::start_anonymous(&ctx, &client_address(&ctx, peer, &headers)).await {
+                Ok((_, value, nonce)) => {
+                    let jar = jar.add(cookie(&ctx, value));
+                    let page = templates::LoginPage {
+                        chrome: Chrome::default(),
+                        nonce,
+                        login: String::new(),
+                    };
+                    (jar, html(StatusCode::OK, page)).into_response()
+                }
+                Err(e) => error_response(&e, Chrome::default()),
             }
-            Err(e) => error_response(&e, Chrome::default()),
-        },
+        }
         Err(e) => error_response(&e, Chrome::default()),
     }
 }
@@ -308,6 +344,7 @@ struct LoginForm {
 
 async fn login(
     State(ctx): State<Ctx>,
+    peer: Option<Extension<ConnectInfo<std::net::SocketAddr>>>,
     jar: CookieJar,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
@@ -331,23 +368,46 @@ async fn login(
             Chrome::default(),
         );
     };
-    match sessions::login(&ctx, &pre, &form.nonce, &form.login, &form.password).await {
+    let address = client_address(&ctx, peer, &headers);
+    match sessions::login(
+        &ctx,
+        &pre,
+        &form.nonce,
+        &form.login,
+        &form.password,
+        &address,
+    )
+    .await
+    {
         Ok(Ok(value)) => (jar.add(cookie(&ctx, value)), Redirect::to("/")).into_response(),
         Ok(Err(LoginFailure::BadCredentials)) => {
             let notice = Some("Wrong login or password.".to_owned());
             login_form(&ctx, &pre, StatusCode::UNAUTHORIZED, form.login, notice).await
         }
-        Ok(Err(LoginFailure::Throttled)) => {
+        Ok(Err(LoginFailure::Throttled(wait))) => {
             let notice =
                 Some("Too many failed attempts for this login; wait a few minutes.".to_owned());
-            login_form(
+            let page = login_form(
                 &ctx,
                 &pre,
                 StatusCode::TOO_MANY_REQUESTS,
                 form.login,
                 notice,
             )
-            .await
+            .await;
+            with_retry_after(page, wait)
+        }
+        Ok(Err(LoginFailure::Busy(wait))) => {
+            let notice = Some("The server is busy; try again in a moment.".to_owned());
+            let page = login_form(
+                &ctx,
+                &pre,
+                StatusCode::SERVICE_UNAVAILABLE,
+                form.login,
+                notice,
+            )
+            .await;
+            with_retry_after(page, wait)
         }
         Err(e) => error_response(&e, Chrome::default()),
     }
