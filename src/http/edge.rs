@@ -31,6 +31,15 @@ pub fn refusal(encoded: &str) -> Option<&'static str> {
     }
 }
 
+/// True when an answer already has a JSON body.
+pub fn is_json(response: &Response) -> bool {
+    response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"))
+}
+
 /// Refuses a request whose path or query is not text (see the module doc):
 /// 400 `invalid_input`, as JSON on API paths and as a page elsewhere.
 pub async fn refuse_binary_urls(req: Request, next: Next) -> Response {
@@ -59,12 +68,7 @@ pub async fn json_api_errors(req: Request, next: Next) -> Response {
     }
     let response = next.run(req).await;
     let status = response.status();
-    let is_json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if !status.is_client_error() || is_json {
+    if !status.is_client_error() || is_json(&response) {
         return response;
     }
     let (code, message) = match status {

@@ -164,12 +164,7 @@ async fn gate(State(ctx): State<Ctx>, request: Request, next: Next) -> Response 
 /// body, keeping its status and headers.
 fn as_rpc_error(response: Response) -> Response {
     let status = response.status();
-    let is_json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if !status.is_client_error() || is_json {
+    if !status.is_client_error() || crate::http::edge::is_json(&response) {
         return response;
     }
     let message = match status {
