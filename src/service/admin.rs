@@ -40,10 +40,13 @@ impl Setup<'_> {
 #[serde(deny_unknown_fields)]
 pub struct NewUserInput {
     /// `[A-Za-z0-9][A-Za-z0-9_.-]{0,38}`, unique case-insensitively.
+    #[schema(value_type = super::schema::LoginText, inline)]
     pub login: String,
     /// `human` or `bot`.
+    #[schema(value_type = super::schema::KindText, inline)]
     pub kind: String,
     /// Humans only; stored as argon2id.
+    #[schema(value_type = Option<super::schema::Password>)]
     pub password: Option<String>,
     /// Site administrator (humans only).
     pub is_admin: Option<bool>,
@@ -54,12 +57,15 @@ pub struct NewUserInput {
 #[serde(deny_unknown_fields)]
 pub struct NewTokenInput {
     /// A name for people.
+    #[schema(value_type = super::schema::TokenNameText, inline)]
     pub name: String,
     /// Scope names, e.g. `read:repository`.
+    #[schema(value_type = Vec<super::schema::ScopeText>, inline)]
     pub scopes: Vec<String>,
     /// The token cannot reach private repositories.
     pub public_only: Option<bool>,
     /// `owner/name`s the token is limited to.
+    #[schema(value_type = Option<Vec<super::schema::FullNameText>>, inline)]
     pub repositories: Option<Vec<String>>,
 }
 
@@ -68,8 +74,10 @@ pub struct NewTokenInput {
 #[serde(deny_unknown_fields)]
 pub struct NewRepoInput {
     /// Owner login.
+    #[schema(value_type = super::schema::OwnerText, inline)]
     pub owner: String,
     /// Repository name.
+    #[schema(value_type = super::schema::RepoNameText, inline)]
     pub name: String,
     /// Private or public.
     pub private: bool,
@@ -82,6 +90,7 @@ pub struct NewRepoInput {
 #[serde(deny_unknown_fields)]
 pub struct CollaboratorInput {
     /// `read`, `write` or `admin`.
+    #[schema(value_type = super::schema::PermissionText, inline)]
     pub permission: String,
 }
 

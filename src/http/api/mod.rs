@@ -29,7 +29,9 @@ use crate::service::{Ctx, Error};
         admin::create_repo, admin::put_collaborator, admin::delete_collaborator, admin::report,
         policy::get_tool_grants, policy::put_tool_grants,
     ),
-    components(schemas(ErrorBody)),
+    components(schemas(ErrorBody, crate::service::policy::ToolGrantInput, crate::service::schema::PageNumber,
+        crate::service::schema::PageLimit, crate::service::schema::StateFilter, crate::service::schema::ReportFormatText,
+        crate::service::schema::DateTimeText)),
     modifiers(&Security),
     tags((name = "agent", description = "Routes for bot accounts (the MCP adapter's upstream)"),
          (name = "issues", description = "Issues of a repository"),
@@ -112,8 +114,18 @@ pub fn routes() -> Router<Ctx> {
         .route("/api/v1/openapi.json", get(openapi_json))
 }
 
-async fn openapi_json() -> axum::Json<utoipa::openapi::OpenApi> {
-    axum::Json(ApiDoc::openapi())
+async fn openapi_json(
+    axum::extract::State(ctx): axum::extract::State<Ctx>,
+) -> axum::Json<utoipa::openapi::OpenApi> {
+    axum::Json(document(&ctx.config))
+}
+
+/// The OpenAPI document as this deployment serves it: the generated one
+/// with the settings that bound input (the password minimum).
+pub fn document(config: &crate::config::Config) -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    crate::service::schema::configure(&mut doc, config.min_password_length);
+    doc
 }
 
 /// Path segments, decoded once by axum; undecodable ones are 400.
