@@ -35,18 +35,16 @@ impl Setup<'_> {
     }
 }
 
-/// `POST /api/v1/admin/users`
-#[derive(Debug, Deserialize, ToSchema)]
+/// `POST /api/v1/admin/users` (its schema is in [`super::schema`]: a human
+/// or a bot).
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewUserInput {
     /// `[A-Za-z0-9][A-Za-z0-9_.-]{0,38}`, unique case-insensitively.
-    #[schema(value_type = super::schema::LoginText, inline)]
     pub login: String,
     /// `human` or `bot`.
-    #[schema(value_type = super::schema::KindText, inline)]
     pub kind: String,
     /// Humans only; stored as argon2id.
-    #[schema(value_type = Option<super::schema::Password>)]
     pub password: Option<String>,
     /// Site administrator (humans only).
     pub is_admin: Option<bool>,
@@ -257,7 +255,7 @@ pub async fn create_repo(
     let mut tx = ctx.store.write().await?;
     let owner = principals::user_by_login(&mut tx, &input.owner)
         .await?
-        .ok_or_else(|| Error::Invalid("owner is not a user".into()))?;
+        .ok_or_else(|| Error::Conflict("owner is not a user".into()))?;
     let id = repos::insert_repo(
         &mut tx,
         NewRepo {

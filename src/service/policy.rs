@@ -125,10 +125,9 @@ async fn bot_named(tx: &mut Tx, login: &str) -> Result<UserRow> {
     let user = principals::user_by_login(tx, login)
         .await?
         .ok_or(Error::NotFound)?;
+    // Only bots are agents: a human's login names no agent.
     if user.kind != "bot" {
-        return Err(Error::Invalid(
-            "tool grants are for bot accounts only".into(),
-        ));
+        return Err(Error::NotFound);
     }
     Ok(user)
 }

@@ -5,7 +5,8 @@
 
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{
-    ArrayBuilder, KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type,
+    AdditionalProperties, ArrayBuilder, KnownFormat, ObjectBuilder, OneOfBuilder, Schema,
+    SchemaFormat, SchemaType, Type,
 };
 
 use crate::domain::access::Permission;
@@ -165,8 +166,6 @@ schema_types! {
     ScopeText => one_of(Scope::names_all()).description(Some("a scope name")).into();
     /// A collaborator permission.
     PermissionText => one_of(Permission::ALL.map(Permission::as_str)).description(Some("read, write or admin")).into();
-    /// A user kind.
-    KindText => one_of(["human", "bot"]).description(Some("human or bot")).into();
     /// A human's password (the minimum length is the deployment's `min_password_length`).
     Password => string("a human's password: at least `min_password_length` characters, at most 1024 bytes, no U+0000")
         .min_length(Some(1)).max_length(Some(1024)).pattern(Some("^[^\\u0000]*$")).into();
@@ -216,5 +215,63 @@ pub fn configure(doc: &mut utoipa::openapi::OpenApi, min_password_length: usize)
         schemas.and_then(|s| s.get_mut(<Password as utoipa::ToSchema>::name().as_ref()))
     {
         password.min_length = Some(min_password_length.max(1));
+    }
+}
+
+impl utoipa::PartialSchema for super::admin::NewUserInput {
+    /// A human (an optional password, maybe an admin) or a bot (no
+    /// password, never an admin).
+    fn schema() -> RefOr<Schema> {
+        let user = |kind: &str| {
+            ObjectBuilder::new()
+                .property("login", login_schema("unique case-insensitively"))
+                .property("kind", one_of([kind]))
+                .required("login")
+                .required("kind")
+                .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        };
+        let nothing = || ObjectBuilder::new().schema_type(Type::Null);
+        let human = user("human")
+            .description(Some("a human"))
+            .property(
+                "password",
+                OneOfBuilder::new().item(nothing()).item(RefOr::Ref(
+                    utoipa::openapi::Ref::from_schema_name(<Password as utoipa::ToSchema>::name()),
+                )),
+            )
+            .property(
+                "is_admin",
+                ObjectBuilder::new()
+                    .schema_type(SchemaType::from_iter([Type::Boolean, Type::Null]))
+                    .description(Some("site administrator")),
+            );
+        let bot = user("bot")
+            .description(Some("a bot: no password, never an admin"))
+            .property("password", nothing())
+            .property(
+                "is_admin",
+                ObjectBuilder::new()
+                    .schema_type(SchemaType::from_iter([Type::Boolean, Type::Null]))
+                    .enum_values(Some([
+                        serde_json::Value::Bool(false),
+                        serde_json::Value::Null,
+                    ])),
+            );
+        RefOr::T(Schema::OneOf(
+            OneOfBuilder::new()
+                .item(human)
+                .item(bot)
+                .description(Some("`POST /api/v1/admin/users`"))
+                .build(),
+        ))
+    }
+}
+
+impl utoipa::ToSchema for super::admin::NewUserInput {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((
+            <Password as utoipa::ToSchema>::name().into_owned(),
+            <Password as utoipa::PartialSchema>::schema(),
+        ));
     }
 }
