@@ -268,6 +268,26 @@ mod tests {
         }
     }
 
+    /// The parser accepts exactly what [`REQUEST_KEY_PATTERN`] matches: every
+    /// single-character change of a valid key, and some lengths, agree.
+    #[test]
+    fn request_key_parser_is_its_pattern() {
+        let re = regex::Regex::new(REQUEST_KEY_PATTERN).unwrap();
+        let valid = RequestKey::from_random(*b"0123456789abcdef");
+        let base: Vec<char> = valid.as_str().chars().collect();
+        for i in 0..base.len() {
+            for c in "0489abcfgA-{ \n".chars() {
+                let mut v = base.clone();
+                v[i] = c;
+                let s: String = v.into_iter().collect();
+                assert_eq!(re.is_match(&s), RequestKey::parse(&s).is_ok(), "{s:?}");
+            }
+        }
+        for s in ["", &valid.as_str()[1..], &format!("{}0", valid.as_str())] {
+            assert_eq!(re.is_match(s), RequestKey::parse(s).is_ok(), "{s:?}");
+        }
+    }
+
     #[test]
     fn digests() {
         assert!(Digest::parse(&"a".repeat(64)).is_ok());

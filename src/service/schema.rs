@@ -82,14 +82,20 @@ fn class_char(c: char) -> String {
     format!("\\u{:04x}", c as u32)
 }
 
-/// A login's pattern: the name form, and none of the reserved logins.
-pub fn login_pattern() -> String {
+/// A login followed by `end` (`$`, or `/` in `owner/name`): the name form,
+/// and none of the reserved logins.
+fn login_then(end: &str) -> String {
     let reserved: Vec<String> = RESERVED_LOGINS.iter().map(|r| any_case(r)).collect();
     format!(
-        "^(?!(?:{})$){}$",
+        "(?!(?:{}){end}){}{end}",
         reserved.join("|"),
         name_pattern(LOGIN_MAX_LEN)
     )
+}
+
+/// A login's pattern.
+pub fn login_pattern() -> String {
+    format!("^{}", login_then("$"))
 }
 
 /// A repository name's pattern.
@@ -140,8 +146,7 @@ schema_types! {
     RepoNameText => repo_name_schema("a repository name").into();
     /// `owner/name`.
     FullNameText => string("a repository written owner/name")
-        .pattern(Some(format!("^{}/{}$", login_pattern().trim_start_matches('^').trim_end_matches('$'),
-            name_pattern(REPO_NAME_MAX_LEN))))
+        .pattern(Some(format!("^{}{}$", login_then("/"), name_pattern(REPO_NAME_MAX_LEN))))
         .into();
     /// A canonical lowercase UUIDv4.
     RequestKeyText => string("a canonical lowercase UUIDv4, chosen by the bot and kept forever")
@@ -158,6 +163,9 @@ schema_types! {
     TitleText => string("1-255 Unicode scalar values, not only whitespace, no U+0000")
         .min_length(Some(1)).max_length(Some(TITLE_MAX_SCALARS))
         .pattern(Some(not_blank_pattern())).into();
+    /// Free text: anything but U+0000 (the JSON reader refuses it anywhere).
+    FreeText => string("free text, may be empty; no U+0000")
+        .pattern(Some("^[^\\u0000]*$")).into();
     /// A token's name.
     TokenNameText => string("a name for people: 1-255 bytes of UTF-8, not only whitespace, no U+0000")
         .min_length(Some(1)).max_length(Some(255))

@@ -30,6 +30,7 @@ pub struct NewIssueBody {
     pub title: String,
     /// May be empty.
     #[serde(default)]
+    #[schema(value_type = crate::service::schema::FreeText, inline)]
     pub body: String,
 }
 

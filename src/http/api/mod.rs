@@ -31,7 +31,7 @@ use crate::service::{Ctx, Error};
     ),
     components(schemas(ErrorBody, crate::service::policy::ToolGrantInput, crate::service::schema::PageNumber,
         crate::service::schema::PageLimit, crate::service::schema::StateFilter, crate::service::schema::ReportFormatText,
-        crate::service::schema::DateTimeText)),
+        crate::service::schema::DateTimeText, crate::service::schema::FreeText)),
     modifiers(&Security),
     tags((name = "agent", description = "Routes for bot accounts (the MCP adapter's upstream)"),
          (name = "issues", description = "Issues of a repository"),
@@ -112,6 +112,21 @@ pub fn routes() -> Router<Ctx> {
             get(agent::admission_preview),
         )
         .route("/api/v1/openapi.json", get(openapi_json))
+        .route_layer(axum::middleware::from_fn(refuse_nul_in_path))
+}
+
+/// A path segment that decodes to U+0000 is 400 before any handler runs:
+/// no stored name contains it, and PostgreSQL cannot even compare with it.
+async fn refuse_nul_in_path(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if request.uri().path().to_ascii_lowercase().contains("%00") {
+        return crate::http::error::ApiError(Error::Invalid("a path segment is not valid".into()))
+            .into_response();
+    }
+    next.run(request).await
 }
 
 async fn openapi_json(

@@ -53,7 +53,7 @@ pub struct SubmitBody {
     #[schema(value_type = crate::service::schema::TitleText, inline)]
     pub title: Value,
     /// May be empty.
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::service::schema::FreeText, inline)]
     pub body: Value,
 }
 
