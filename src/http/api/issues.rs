@@ -145,11 +145,12 @@ pub async fn delete_issue(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Transfers an issue to another repository (setup privilege).
+/// Transfers an issue to another repository (setup privilege); 409 when
+/// the target does not exist or already holds the issue.
 #[utoipa::path(post, path = "/api/v1/repos/{owner}/{repo}/issues/{index}/transfer", tag = "admin", request_body = TransferBody,
     params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("index" = inline(crate::service::schema::PositiveId), Path)),
     responses((status = 200, body = IssueView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("token" = [])))]
 pub async fn transfer_issue(
     State(ctx): State<Ctx>,
