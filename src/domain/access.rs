@@ -25,14 +25,12 @@ impl Permission {
         }
     }
 
+    /// Every permission, weakest first.
+    pub const ALL: [Permission; 3] = [Permission::Read, Permission::Write, Permission::Admin];
+
     /// Parses a stored or wire name.
     pub fn parse(raw: &str) -> Option<Permission> {
-        match raw {
-            "read" => Some(Permission::Read),
-            "write" => Some(Permission::Write),
-            "admin" => Some(Permission::Admin),
-            _ => None,
-        }
+        Permission::ALL.into_iter().find(|p| p.as_str() == raw)
     }
 }
 

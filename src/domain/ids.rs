@@ -35,6 +35,25 @@ pub fn parse_positive_i64(raw: &str) -> Option<i64> {
     raw.parse::<i64>().ok().filter(|v| *v > 0)
 }
 
+/// The request key's form as a regular expression (ECMA-262 and Rust
+/// `regex` read it alike); [`RequestKey::parse`] accepts exactly what it
+/// matches (checked by a unit test).
+pub const REQUEST_KEY_PATTERN: &str =
+    "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$";
+
+/// Length of a digest in hex characters.
+pub const DIGEST_HEX_LEN: usize = 64;
+
+/// Longest login, in bytes (ASCII).
+pub const LOGIN_MAX_LEN: usize = 39;
+
+/// Longest repository name, in bytes (ASCII).
+pub const REPO_NAME_MAX_LEN: usize = 100;
+
+/// The characters a login or repository name may contain after its first,
+/// besides ASCII letters and digits.
+pub const NAME_PUNCTUATION: &str = "_.-";
+
 /// A canonical lowercase UUIDv4 request key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RequestKey(String);
@@ -90,7 +109,9 @@ pub struct Digest(String);
 impl Digest {
     /// Accepts exactly 64 lowercase hex characters.
     pub fn parse(raw: &str) -> Result<Digest, ParseError> {
-        if raw.len() == 64 && raw.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+        if raw.len() == DIGEST_HEX_LEN
+            && raw.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+        {
             Ok(Digest(raw.to_owned()))
         } else {
             Err(ParseError(
@@ -122,7 +143,7 @@ impl Login {
         if is_reserved(raw) {
             return Err(ParseError("this login is reserved"));
         }
-        if is_name(raw, 39) {
+        if is_name(raw, LOGIN_MAX_LEN) {
             Ok(Login(raw.to_owned()))
         } else {
             Err(ParseError(
@@ -149,7 +170,7 @@ pub struct RepoName(String);
 impl RepoName {
     /// Parses a repository name as typed.
     pub fn parse(raw: &str) -> Result<RepoName, ParseError> {
-        if is_name(raw, 100) {
+        if is_name(raw, REPO_NAME_MAX_LEN) {
             Ok(RepoName(raw.to_owned()))
         } else {
             Err(ParseError(
@@ -182,7 +203,7 @@ fn is_name(raw: &str, max: usize) -> bool {
         && b[0].is_ascii_alphanumeric()
         && b[1..]
             .iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+            .all(|c| c.is_ascii_alphanumeric() || NAME_PUNCTUATION.as_bytes().contains(c))
 }
 
 /// Splits `owner/name` into its two validated parts.
@@ -244,6 +265,26 @@ mod tests {
             "0f8fad5b-d9cb-469f-a165-70867728950",
         ] {
             assert!(RequestKey::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The parser accepts exactly what [`REQUEST_KEY_PATTERN`] matches: every
+    /// single-character change of a valid key, and some lengths, agree.
+    #[test]
+    fn request_key_parser_is_its_pattern() {
+        let re = regex::Regex::new(REQUEST_KEY_PATTERN).unwrap();
+        let valid = RequestKey::from_random(*b"0123456789abcdef");
+        let base: Vec<char> = valid.as_str().chars().collect();
+        for i in 0..base.len() {
+            for c in "0489abcfgA-{ \n".chars() {
+                let mut v = base.clone();
+                v[i] = c;
+                let s: String = v.into_iter().collect();
+                assert_eq!(re.is_match(&s), RequestKey::parse(&s).is_ok(), "{s:?}");
+            }
+        }
+        for s in ["", &valid.as_str()[1..], &format!("{}0", valid.as_str())] {
+            assert_eq!(re.is_match(s), RequestKey::parse(s).is_ok(), "{s:?}");
         }
     }
 

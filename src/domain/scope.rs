@@ -41,6 +41,11 @@ impl Scope {
             .unwrap_or("")
     }
 
+    /// Every wire name.
+    pub fn names_all() -> [&'static str; 8] {
+        ALL.map(|(_, n)| n)
+    }
+
     /// Parses a wire name; there is no implicit `all`.
     pub fn parse(raw: &str) -> Option<Scope> {
         ALL.iter().find(|(_, n)| *n == raw).map(|(s, _)| *s)

@@ -35,8 +35,9 @@ impl Setup<'_> {
     }
 }
 
-/// `POST /api/v1/admin/users`
-#[derive(Debug, Deserialize, ToSchema)]
+/// `POST /api/v1/admin/users` (its schema is in [`super::schema`]: a human
+/// or a bot).
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewUserInput {
     /// `[A-Za-z0-9][A-Za-z0-9_.-]{0,38}`, unique case-insensitively.
@@ -54,12 +55,15 @@ pub struct NewUserInput {
 #[serde(deny_unknown_fields)]
 pub struct NewTokenInput {
     /// A name for people.
+    #[schema(value_type = super::schema::TokenNameText, inline)]
     pub name: String,
     /// Scope names, e.g. `read:repository`.
+    #[schema(value_type = Vec<super::schema::ScopeText>, inline)]
     pub scopes: Vec<String>,
     /// The token cannot reach private repositories.
     pub public_only: Option<bool>,
     /// `owner/name`s the token is limited to.
+    #[schema(value_type = Option<Vec<super::schema::FullNameText>>, inline)]
     pub repositories: Option<Vec<String>>,
 }
 
@@ -68,8 +72,10 @@ pub struct NewTokenInput {
 #[serde(deny_unknown_fields)]
 pub struct NewRepoInput {
     /// Owner login.
+    #[schema(value_type = super::schema::OwnerText, inline)]
     pub owner: String,
     /// Repository name.
+    #[schema(value_type = super::schema::RepoNameText, inline)]
     pub name: String,
     /// Private or public.
     pub private: bool,
@@ -82,6 +88,7 @@ pub struct NewRepoInput {
 #[serde(deny_unknown_fields)]
 pub struct CollaboratorInput {
     /// `read`, `write` or `admin`.
+    #[schema(value_type = super::schema::PermissionText, inline)]
     pub permission: String,
 }
 
@@ -248,7 +255,7 @@ pub async fn create_repo(
     let mut tx = ctx.store.write().await?;
     let owner = principals::user_by_login(&mut tx, &input.owner)
         .await?
-        .ok_or_else(|| Error::Invalid("owner is not a user".into()))?;
+        .ok_or_else(|| Error::Conflict("owner is not a user".into()))?;
     let id = repos::insert_repo(
         &mut tx,
         NewRepo {

@@ -18,6 +18,7 @@ pub struct HealthInput {
     pub healthy: bool,
     /// Text for operators (at most 1000 bytes).
     #[serde(default)]
+    #[schema(max_length = 1000, pattern = "^[^\\u0000]*$")]
     pub detail: String,
 }
 

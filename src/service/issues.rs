@@ -147,12 +147,12 @@ pub async fn transfer(
         .ok_or(Error::NotFound)?;
     let target = repos::repo_by_name(&mut tx, to_owner.as_str(), to_name.as_str())
         .await?
-        .ok_or_else(|| Error::Invalid("the target repository does not exist".into()))?;
+        .ok_or_else(|| Error::Conflict("the target repository does not exist".into()))?;
     let issue = issues::issue_by_index(&mut tx, from.id, index)
         .await?
         .ok_or(Error::NotFound)?;
     if target.id == from.id {
-        return Err(Error::Invalid(
+        return Err(Error::Conflict(
             "the issue is already in that repository".into(),
         ));
     }

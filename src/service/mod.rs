@@ -17,6 +17,7 @@ pub mod issues;
 pub mod pages;
 pub mod policy;
 pub mod report;
+pub mod schema;
 pub mod sessions;
 pub mod submit;
 pub mod view;

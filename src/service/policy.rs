@@ -41,12 +41,15 @@ pub struct ToolGrantInput {
     /// Unique within the agent's set; 1-64 characters; named in audit
     /// records. Without one, the grant is named `grants[<n>]` after its
     /// position (from 0), as in a policy file.
+    #[schema(value_type = Option<super::schema::ToolGrantIdText>, inline)]
     pub id: Option<String>,
     /// `owner/name` or `owner/*`, case-insensitive; `[]` means any repository
     /// (and calls that name none). Malformed patterns never match; control
     /// characters are refused.
+    #[schema(value_type = Vec<super::schema::RepoPatternText>, inline)]
     pub repos: Vec<String>,
     /// Tool names among the five MCP tools.
+    #[schema(value_type = super::schema::ToolNames, inline)]
     pub tools: Vec<String>,
 }
 
@@ -55,6 +58,7 @@ pub struct ToolGrantInput {
 #[serde(deny_unknown_fields)]
 pub struct ToolGrantsInput {
     /// At most 64 grants with at most 256 repository patterns in all.
+    #[schema(value_type = super::schema::ToolGrantList, inline)]
     pub grants: Vec<ToolGrantInput>,
 }
 
@@ -121,10 +125,9 @@ async fn bot_named(tx: &mut Tx, login: &str) -> Result<UserRow> {
     let user = principals::user_by_login(tx, login)
         .await?
         .ok_or(Error::NotFound)?;
+    // Only bots are agents: a human's login names no agent.
     if user.kind != "bot" {
-        return Err(Error::Invalid(
-            "tool grants are for bot accounts only".into(),
-        ));
+        return Err(Error::NotFound);
     }
     Ok(user)
 }

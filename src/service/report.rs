@@ -142,6 +142,11 @@ pub fn filter(
         })
         .transpose()
     };
+    for (name, value) in [("repo", &repo), ("agent", &agent)] {
+        if value.as_deref().is_some_and(|v| v.contains('\0')) {
+            return Err(Error::Invalid(format!("{name} must not contain U+0000")));
+        }
+    }
     Ok(ReportFilter {
         repo,
         agent,

@@ -36,15 +36,21 @@ pub enum Report {
 use Kind::{Int, Text};
 
 impl Report {
+    /// Every report's name.
+    pub const NAMES: [&'static str; 4] = ["receipts", "grants", "admissions", "tool-calls"];
+
     /// Parses a report name (`receipts`, `grants`).
     pub fn parse(name: &str) -> Option<Report> {
-        match name {
-            "receipts" => Some(Report::Receipts),
-            "grants" => Some(Report::Grants),
-            "admissions" => Some(Report::Admissions),
-            "tool-calls" => Some(Report::ToolCalls),
-            _ => None,
-        }
+        let all = [
+            Report::Receipts,
+            Report::Grants,
+            Report::Admissions,
+            Report::ToolCalls,
+        ];
+        Report::NAMES
+            .iter()
+            .position(|n| *n == name)
+            .map(|i| all[i])
     }
 
     /// The view's name.

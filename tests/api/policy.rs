@@ -178,13 +178,13 @@ async fn validation_errors_change_nothing(app: TestApp) {
         .await;
     resp.assert_error(400, "invalid_input");
 
-    // Humans hold no tool grants; unknown logins are 404.
+    // Only bots are agents: a human's login, like an unknown one, is 404.
     put(&app, &app.admin_token, "alice", good.clone())
         .await
-        .assert_error(400, "invalid_input");
+        .assert_error(404, "not_found");
     app.get(&path("alice"), Auth::Token(&app.admin_token))
         .await
-        .assert_error(400, "invalid_input");
+        .assert_error(404, "not_found");
     put(&app, &app.admin_token, "nobody", good.clone())
         .await
         .assert_error(404, "not_found");

@@ -37,7 +37,7 @@ pub async fn create_user(
 
 /// Creates a token for a user; the token text is shown this once.
 #[utoipa::path(post, path = "/api/v1/admin/users/{login}/tokens", tag = "admin", request_body = NewTokenInput,
-    params(("login" = String, Path)),
+    params(("login" = inline(crate::service::schema::LoginText), Path)),
     responses((status = 201, body = NewTokenView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
@@ -63,8 +63,8 @@ pub async fn create_token(
 
 /// Revokes a token.
 #[utoipa::path(delete, path = "/api/v1/admin/users/{login}/tokens/{token_id}", tag = "admin",
-    params(("login" = String, Path), ("token_id" = i64, Path)),
-    responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    params(("login" = inline(crate::service::schema::LoginText), Path), ("token_id" = inline(crate::service::schema::PositiveId), Path)),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
 pub async fn revoke_token(
     State(ctx): State<Ctx>,
@@ -99,7 +99,7 @@ pub async fn create_repo(
 
 /// Adds or changes a collaborator.
 #[utoipa::path(put, path = "/api/v1/repos/{owner}/{repo}/collaborators/{login}", tag = "admin", request_body = CollaboratorInput,
-    params(("owner" = String, Path), ("repo" = String, Path), ("login" = String, Path)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("login" = inline(crate::service::schema::LoginText), Path)),
     responses((status = 204), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
@@ -119,8 +119,8 @@ pub async fn put_collaborator(
 
 /// Removes a collaborator.
 #[utoipa::path(delete, path = "/api/v1/repos/{owner}/{repo}/collaborators/{login}", tag = "admin",
-    params(("owner" = String, Path), ("repo" = String, Path), ("login" = String, Path)),
-    responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("login" = inline(crate::service::schema::LoginText), Path)),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
 pub async fn delete_collaborator(
     State(ctx): State<Ctx>,
@@ -136,10 +136,12 @@ pub async fn delete_collaborator(
 
 /// Streams a reporting view as CSV or JSON (`read:admin`).
 #[utoipa::path(get, path = "/api/v1/admin/reports/{name}", tag = "admin",
-    params(("name" = String, Path, description = "receipts, grants, admissions or tool-calls"),
-           ("format" = Option<String>, Query, description = "csv (default) or json"),
-           ("repo" = Option<String>, Query), ("agent" = Option<String>, Query),
-           ("since" = Option<String>, Query), ("until" = Option<String>, Query)),
+    params(("name" = inline(crate::service::schema::ReportNameText), Path),
+           ("format" = Option<crate::service::schema::ReportFormatText>, Query),
+           ("repo" = Option<crate::service::schema::FreeText>, Query),
+           ("agent" = Option<crate::service::schema::FreeText>, Query),
+           ("since" = Option<crate::service::schema::DateTimeText>, Query),
+           ("until" = Option<crate::service::schema::DateTimeText>, Query)),
     responses((status = 200, description = "the rows"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
@@ -189,7 +191,7 @@ pub async fn report(
 
 /// Sets an MCP's health (`write:admin`).
 #[utoipa::path(put, path = "/api/v1/admin/mcp/{mcp_id}/health", tag = "admin", request_body = crate::service::health::HealthInput,
-    params(("mcp_id" = String, Path)),
+    params(("mcp_id" = inline(crate::service::schema::McpIdText), Path)),
     responses((status = 200, body = crate::service::health::HealthView), (status = 400, body = ErrorBody),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("token" = [])))]

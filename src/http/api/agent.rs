@@ -35,13 +35,13 @@ pub struct GrantEnvelope {
 #[serde(deny_unknown_fields)]
 pub struct ConfirmBody {
     /// Must be `agent_work_grant.v1`.
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::service::schema::ProposalSchemaText, inline)]
     pub proposal_schema: Value,
     /// Must be the JSON integer 1.
-    #[schema(value_type = i64)]
+    #[schema(value_type = crate::service::schema::ProposalVersionNumber, inline)]
     pub proposal_version: Value,
     /// The digest the bot read: 64 lowercase hex.
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::service::schema::DigestText, inline)]
     pub proposal_digest: Value,
 }
 
@@ -49,9 +49,9 @@ type Triplet = (String, String, String);
 
 /// Lists the calling bot's grants.
 #[utoipa::path(get, path = "/api/v1/agent-work-grants", tag = "agent",
-    params(("page" = Option<u64>, Query, description = "1-based page"),
-           ("limit" = Option<i64>, Query, description = "page size, default 30, clamped to the maximum"),
-           ("state" = Option<String>, Query, description = "awaiting_agent, awaiting_human, active, revoked or all; default: all but revoked")),
+    params(("page" = Option<crate::service::schema::PageNumber>, Query),
+           ("limit" = Option<crate::service::schema::PageLimit>, Query),
+           ("state" = Option<crate::service::schema::StateFilter>, Query)),
     responses((status = 200, body = [GrantView], headers(("X-Total-Count" = i64), ("Link" = String))),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("token" = [])))]
@@ -85,7 +85,7 @@ pub async fn list_grants(
 
 /// Reads one of the calling bot's grants.
 #[utoipa::path(get, path = "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}", tag = "agent",
-    params(("owner" = String, Path), ("repo" = String, Path), ("grant_id" = i64, Path)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("grant_id" = inline(crate::service::schema::PositiveId), Path)),
     responses((status = 200, body = GrantEnvelope), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
@@ -125,7 +125,7 @@ pub fn path_args(
 
 /// Confirms the current proposal with its exact triple.
 #[utoipa::path(post, path = "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/confirm", tag = "agent",
-    params(("owner" = String, Path), ("repo" = String, Path), ("grant_id" = i64, Path)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("grant_id" = inline(crate::service::schema::PositiveId), Path)),
     request_body = ConfirmBody,
     responses((status = 200, body = GrantEnvelope), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
@@ -162,7 +162,7 @@ pub async fn confirm_grant(
 /// The admission preview of one of the calling bot's grants, against the
 /// current health; computed, never stored.
 #[utoipa::path(get, path = "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/admission", tag = "agent",
-    params(("owner" = String, Path), ("repo" = String, Path), ("grant_id" = i64, Path)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("grant_id" = inline(crate::service::schema::PositiveId), Path)),
     responses((status = 200, body = crate::service::admission::PackageView), (status = 400, body = ErrorBody),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]

@@ -25,10 +25,12 @@ use crate::service::{Ctx, Error};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewIssueBody {
-    /// 1–255 Unicode scalar values.
+    /// 1–255 Unicode scalar values, not only whitespace.
+    #[schema(value_type = crate::service::schema::TitleText, inline)]
     pub title: String,
     /// May be empty.
     #[serde(default)]
+    #[schema(value_type = crate::service::schema::FreeText, inline)]
     pub body: String,
 }
 
@@ -37,6 +39,7 @@ pub struct NewIssueBody {
 #[serde(deny_unknown_fields)]
 pub struct TransferBody {
     /// Target repository `owner/name`.
+    #[schema(value_type = crate::service::schema::FullNameText, inline)]
     pub to: String,
 }
 
@@ -47,7 +50,7 @@ fn index_of(raw: &str) -> Result<i64, Error> {
 
 /// Reads one issue.
 #[utoipa::path(get, path = "/api/v1/repos/{owner}/{repo}/issues/{index}", tag = "issues",
-    params(("owner" = String, Path), ("repo" = String, Path), ("index" = i64, Path)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("index" = inline(crate::service::schema::PositiveId), Path)),
     responses((status = 200, body = IssueView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
@@ -67,7 +70,7 @@ pub async fn get_issue(
 
 /// Lists a repository's issues by index.
 #[utoipa::path(get, path = "/api/v1/repos/{owner}/{repo}/issues", tag = "issues",
-    params(("owner" = String, Path), ("repo" = String, Path), ("page" = Option<u64>, Query), ("limit" = Option<i64>, Query)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("page" = Option<crate::service::schema::PageNumber>, Query), ("limit" = Option<crate::service::schema::PageLimit>, Query)),
     responses((status = 200, body = [IssueView]), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
@@ -107,7 +110,7 @@ pub async fn list_issues(
 
 /// Opens an ordinary issue (never attributed to a grant).
 #[utoipa::path(post, path = "/api/v1/repos/{owner}/{repo}/issues", tag = "issues", request_body = NewIssueBody,
-    params(("owner" = String, Path), ("repo" = String, Path)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path)),
     responses((status = 201, body = IssueView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)),
     security(("token" = [])))]
@@ -127,8 +130,8 @@ pub async fn create_issue(
 
 /// Deletes an issue (setup privilege).
 #[utoipa::path(delete, path = "/api/v1/repos/{owner}/{repo}/issues/{index}", tag = "admin",
-    params(("owner" = String, Path), ("repo" = String, Path), ("index" = i64, Path)),
-    responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("index" = inline(crate::service::schema::PositiveId), Path)),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
 pub async fn delete_issue(
     State(ctx): State<Ctx>,
@@ -142,11 +145,12 @@ pub async fn delete_issue(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Transfers an issue to another repository (setup privilege).
+/// Transfers an issue to another repository (setup privilege); 409 when
+/// the target does not exist or already holds the issue.
 #[utoipa::path(post, path = "/api/v1/repos/{owner}/{repo}/issues/{index}/transfer", tag = "admin", request_body = TransferBody,
-    params(("owner" = String, Path), ("repo" = String, Path), ("index" = i64, Path)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("index" = inline(crate::service::schema::PositiveId), Path)),
     responses((status = 200, body = IssueView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("token" = [])))]
 pub async fn transfer_issue(
     State(ctx): State<Ctx>,

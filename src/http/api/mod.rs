@@ -29,7 +29,9 @@ use crate::service::{Ctx, Error};
         admin::create_repo, admin::put_collaborator, admin::delete_collaborator, admin::report,
         policy::get_tool_grants, policy::put_tool_grants,
     ),
-    components(schemas(ErrorBody)),
+    components(schemas(ErrorBody, crate::service::policy::ToolGrantInput, crate::service::schema::PageNumber,
+        crate::service::schema::PageLimit, crate::service::schema::StateFilter, crate::service::schema::ReportFormatText,
+        crate::service::schema::DateTimeText, crate::service::schema::FreeText)),
     modifiers(&Security),
     tags((name = "agent", description = "Routes for bot accounts (the MCP adapter's upstream)"),
          (name = "issues", description = "Issues of a repository"),
@@ -110,10 +112,35 @@ pub fn routes() -> Router<Ctx> {
             get(agent::admission_preview),
         )
         .route("/api/v1/openapi.json", get(openapi_json))
+        .route_layer(axum::middleware::from_fn(refuse_nul_in_path))
 }
 
-async fn openapi_json() -> axum::Json<utoipa::openapi::OpenApi> {
-    axum::Json(ApiDoc::openapi())
+/// A path segment that decodes to U+0000 is 400 before any handler runs:
+/// no stored name contains it, and PostgreSQL cannot even compare with it.
+async fn refuse_nul_in_path(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if request.uri().path().to_ascii_lowercase().contains("%00") {
+        return crate::http::error::ApiError(Error::Invalid("a path segment is not valid".into()))
+            .into_response();
+    }
+    next.run(request).await
+}
+
+async fn openapi_json(
+    axum::extract::State(ctx): axum::extract::State<Ctx>,
+) -> axum::Json<utoipa::openapi::OpenApi> {
+    axum::Json(document(&ctx.config))
+}
+
+/// The OpenAPI document as this deployment serves it: the generated one
+/// with the settings that bound input (the password minimum).
+pub fn document(config: &crate::config::Config) -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    crate::service::schema::configure(&mut doc, config.min_password_length);
+    doc
 }
 
 /// Path segments, decoded once by axum; undecodable ones are 400.

@@ -17,7 +17,7 @@ use crate::service::policy::{self, ToolGrantsInput, ToolGrantsView};
 
 /// A bot's tool grants (`read:admin`); `[]` and nulls when never set.
 #[utoipa::path(get, path = "/api/v1/admin/agents/{login}/tool-grants", tag = "admin",
-    params(("login" = String, Path, description = "the bot's login")),
+    params(("login" = inline(crate::service::schema::LoginText), Path, description = "the bot's login")),
     responses((status = 200, body = ToolGrantsView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
@@ -34,7 +34,7 @@ pub async fn get_tool_grants(
 
 /// Replaces a bot's whole set of tool grants (`write:admin`).
 #[utoipa::path(put, path = "/api/v1/admin/agents/{login}/tool-grants", tag = "admin", request_body = ToolGrantsInput,
-    params(("login" = String, Path, description = "the bot's login")),
+    params(("login" = inline(crate::service::schema::LoginText), Path, description = "the bot's login")),
     responses((status = 200, body = ToolGrantsView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)),
     security(("token" = [])))]

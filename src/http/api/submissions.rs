@@ -38,22 +38,22 @@ pub struct ReceiptEnvelope {
 #[serde(deny_unknown_fields)]
 pub struct SubmitBody {
     /// Must be `agent_work_grant.v1`.
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::service::schema::ProposalSchemaText, inline)]
     pub proposal_schema: Value,
     /// Must be the JSON integer 1.
-    #[schema(value_type = i64)]
+    #[schema(value_type = crate::service::schema::ProposalVersionNumber, inline)]
     pub proposal_version: Value,
     /// The confirmed digest: 64 lowercase hex.
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::service::schema::DigestText, inline)]
     pub proposal_digest: Value,
     /// Canonical lowercase UUIDv4, chosen by the bot and kept forever.
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::service::schema::RequestKeyText, inline)]
     pub request_key: Value,
     /// 1–255 Unicode scalar values, not only whitespace.
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::service::schema::TitleText, inline)]
     pub title: Value,
     /// May be empty.
-    #[schema(value_type = String)]
+    #[schema(value_type = crate::service::schema::FreeText, inline)]
     pub body: Value,
 }
 
@@ -106,7 +106,7 @@ fn answer(receipt: submit::Receipt) -> Response {
 
 /// Submits work: 201 new, 200 replay (`Idempotent-Replayed: true`).
 #[utoipa::path(post, path = "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/issues", tag = "agent",
-    params(("owner" = String, Path), ("repo" = String, Path), ("grant_id" = i64, Path)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("grant_id" = inline(crate::service::schema::PositiveId), Path)),
     request_body = SubmitBody,
     responses((status = 201, body = ReceiptEnvelope), (status = 200, body = ReceiptEnvelope, description = "replay of a committed submission"),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -137,7 +137,7 @@ pub async fn submit_work(
 
 /// Reads back a receipt by its request key, in every grant state.
 #[utoipa::path(get, path = "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/submissions/{request_key}", tag = "agent",
-    params(("owner" = String, Path), ("repo" = String, Path), ("grant_id" = i64, Path), ("request_key" = String, Path)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("grant_id" = inline(crate::service::schema::PositiveId), Path), ("request_key" = inline(crate::service::schema::RequestKeyText), Path)),
     responses((status = 200, body = ReceiptEnvelope), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
