@@ -112,21 +112,6 @@ pub fn routes() -> Router<Ctx> {
             get(agent::admission_preview),
         )
         .route("/api/v1/openapi.json", get(openapi_json))
-        .route_layer(axum::middleware::from_fn(refuse_nul_in_path))
-}
-
-/// A path segment that decodes to U+0000 is 400 before any handler runs:
-/// no stored name contains it, and PostgreSQL cannot even compare with it.
-async fn refuse_nul_in_path(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    if request.uri().path().to_ascii_lowercase().contains("%00") {
-        return crate::http::error::ApiError(Error::Invalid("a path segment is not valid".into()))
-            .into_response();
-    }
-    next.run(request).await
 }
 
 async fn openapi_json(
