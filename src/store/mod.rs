@@ -82,7 +82,7 @@ pub enum RecordDurability {
     /// ~3 × `wal_writer_delay` or by the next durable commit, whichever
     /// comes first. A Writ process killed loses none; a crash of the
     /// PostgreSQL server (or its host) in that window can lose the last
-    /// ones — never a write or its record (docs/decisions.md, session 15).
+    /// ones — never a write or its record (docs/decisions.md).
     Relaxed,
 }
 
@@ -145,7 +145,7 @@ fn pinged_when_idle<DB: sqlx::Database>(options: PoolOptions<DB>) -> PoolOptions
 /// ones of its first five runs and then plan it anew at every execution:
 /// the submit's route lookup took 4–24 ms in `Bind` that way, PostgreSQL's
 /// CPU per submit tripled, and the bench's N = 32 row ran at a third of
-/// its rate (docs/performance.md, "Session 9"). A generic plan is made
+/// its rate (docs/decisions.md). A generic plan is made
 /// again whenever the statistics of a table it reads change (`ANALYZE`).
 fn generic_plans(options: PgConnectOptions, url: &str) -> PgConnectOptions {
     if url.contains("plan_cache_mode") {
