@@ -8,6 +8,8 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::time::Clock;
+
 /// Every setting of a Writ process.
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -100,6 +102,10 @@ pub struct Config {
     /// A TOML policy file of per-agent MCP tool grants, applied at
     /// `writ serve` start (`docs/policy.md`).
     pub policy_file: Option<String>,
+    /// The clock every use case reads; only a debug build's tests move it
+    /// (see [`Clock`]). Not a setting of any file or variable.
+    #[serde(skip)]
+    pub clock: Clock,
 }
 
 impl Default for Config {
@@ -136,6 +142,7 @@ impl Default for Config {
             mcp_probes: Default::default(),
             mcp_probe_seconds: 30,
             policy_file: None,
+            clock: Clock::default(),
         }
     }
 }

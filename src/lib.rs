@@ -39,7 +39,7 @@ impl Writ {
             &mut tx,
             &catalog.version,
             &catalog.text,
-            &service::now().to_text(),
+            &config.clock.now().to_text(),
         )
         .await?;
         tx.commit().await?;

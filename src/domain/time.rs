@@ -3,6 +3,8 @@
 //! so that text order is time order on both backends.
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde::{Serialize, Serializer};
 use time::format_description::well_known::Rfc3339;
@@ -63,6 +65,40 @@ impl Timestamp {
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.to_text())
+    }
+}
+
+/// Where "now" comes from: the system clock, shifted by an offset that only
+/// a debug build can set (tests move time forward to reach an expiry). A
+/// release build has no way to set it: the offset is always zero there.
+#[derive(Clone, Debug, Default)]
+pub struct Clock {
+    offset_micros: Arc<AtomicI64>,
+}
+
+impl Clock {
+    /// The current time, normalized.
+    pub fn now(&self) -> Timestamp {
+        let now = Timestamp::from_datetime(OffsetDateTime::now_utc());
+        match self.offset_micros.load(Ordering::Relaxed) {
+            0 => now,
+            micros => Timestamp(now.0 + time::Duration::microseconds(micros)),
+        }
+    }
+
+    /// Moves this clock (and every copy of it) forward by `seconds`.
+    #[cfg(debug_assertions)]
+    pub fn advance(&self, seconds: i64) {
+        self.offset_micros
+            .fetch_add(seconds.saturating_mul(1_000_000), Ordering::Relaxed);
+    }
+}
+
+/// Every clock is the same setting: configurations compare equal whatever
+/// their test offset.
+impl PartialEq for Clock {
+    fn eq(&self, _: &Clock) -> bool {
+        true
     }
 }
 

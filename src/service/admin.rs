@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::auth::{Caller, hash_password};
 use super::view::{NewTokenView, RepoAdminView, UserView};
-use super::{Ctx, Error, Result, now, random_hex};
+use super::{Ctx, Error, Result, random_hex};
 use crate::domain::access::Permission;
 use crate::domain::ids::{Login, RepoName, parse_full_name};
 use crate::domain::proposal::sha256_hex;
@@ -147,7 +147,7 @@ pub async fn create_user(ctx: &Ctx, setup: Setup<'_>, input: NewUserInput) -> Re
         }
         _ => return Err(Error::Invalid("kind must be human or bot".into())),
     };
-    let at = now().to_text();
+    let at = ctx.now().to_text();
     let mut tx = ctx.store.write().await?;
     let id = principals::insert_user(
         &mut tx,
@@ -193,7 +193,7 @@ pub async fn create_token(
         None => None,
     };
     let token = format!("writ_{}", random_hex());
-    let at = now().to_text();
+    let at = ctx.now().to_text();
     let mut tx = ctx.store.write().await?;
     let user = user_named(&mut tx, login).await?;
     let names = scopes.names().join(" ");
@@ -222,7 +222,7 @@ pub async fn create_token(
 /// Revokes a user's token.
 pub async fn revoke_token(ctx: &Ctx, setup: Setup<'_>, login: &str, token_id: i64) -> Result<()> {
     setup.check()?;
-    let at = now().to_text();
+    let at = ctx.now().to_text();
     let mut tx = ctx.store.write().await?;
     let user = user_named(&mut tx, login).await?;
     if principals::revoke_token(&mut tx, user.id, token_id, &at).await? == 0 {
@@ -251,7 +251,7 @@ pub async fn create_repo(
 ) -> Result<RepoAdminView> {
     setup.check()?;
     let name = RepoName::parse(&input.name).map_err(|e| Error::Invalid(e.to_string()))?;
-    let at = now().to_text();
+    let at = ctx.now().to_text();
     let mut tx = ctx.store.write().await?;
     let owner = principals::user_by_login(&mut tx, &input.owner)
         .await?

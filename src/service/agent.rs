@@ -6,7 +6,7 @@ use super::access::{readable, readable_repo};
 use super::audit::{self, Access};
 use super::auth::Caller;
 use super::view::GrantView;
-use super::{Ctx, Error, Result, now};
+use super::{Ctx, Error, Result};
 use crate::domain::grant::{ConfirmOutcome, GrantFacts, GrantState, decide_confirm};
 use crate::domain::ids::{Digest, GrantId};
 use crate::domain::proposal::{SCHEMA, VERSION};
@@ -96,7 +96,7 @@ pub async fn list(ctx: &Ctx, caller: &Caller, params: &ListParams) -> Result<Pag
     let count = grant_pages::count_grants(&mut tx, &filter).await?;
     let offset = (params.page - 1).saturating_mul(params.limit);
     let rows = grant_pages::list_page(&mut tx, &filter, &count, params.limit, offset).await?;
-    audit::complete_in(&mut tx, caller, 200, None).await?;
+    audit::complete_in(ctx, &mut tx, caller, 200, None).await?;
     audit::commit(ctx, tx, caller).await?;
     let items = rows
         .iter()
@@ -259,7 +259,7 @@ pub async fn get(
     }
     let mut tx = audit::open(ctx, caller, Access::ReadOne).await?;
     let row = locate(&mut tx, caller, owner, repo, id, false).await?;
-    audit::complete_in(&mut tx, caller, 200, None).await?;
+    audit::complete_in(ctx, &mut tx, caller, 200, None).await?;
     audit::commit(ctx, tx, caller).await?;
     Ok(GrantView::from_row(&row)?)
 }
@@ -289,13 +289,13 @@ pub async fn confirm(
 ) -> Result<GrantView> {
     caller.require_bot()?;
     caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
-    let at = now();
+    let at = ctx.now();
     let mut tx = audit::open(ctx, caller, Access::Write).await?;
     let row = locate(&mut tx, caller, owner, repo, id, true).await?;
     match decide_confirm(&facts(&row)?, &triple.digest, at) {
         Err(refusal) => Err(Error::refused(refusal, GrantView::from_row(&row)?)),
         Ok(ConfirmOutcome::AlreadyConfirmed) => {
-            audit::complete_in(&mut tx, caller, 200, None).await?;
+            audit::complete_in(ctx, &mut tx, caller, 200, None).await?;
             audit::commit(ctx, tx, caller).await?;
             Ok(GrantView::from_row(&row)?)
         }
@@ -337,7 +337,7 @@ pub async fn confirm(
             let updated = grants::grant_by_id(&mut tx, row.id)
                 .await?
                 .ok_or(Error::NotFound)?;
-            audit::complete_in(&mut tx, caller, 200, None).await?;
+            audit::complete_in(ctx, &mut tx, caller, 200, None).await?;
             audit::commit(ctx, tx, caller).await?;
             Ok(GrantView::from_row(&updated)?)
         }

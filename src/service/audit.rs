@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 
 use super::auth::Caller;
 use super::policy::{self, Check};
-use super::{Ctx, Error, Result, now};
+use super::{Ctx, Error, Result};
 use crate::domain::policy::Decision;
 use crate::domain::text::printable;
 use crate::domain::tools::{Tool, argument_names};
@@ -204,7 +204,13 @@ impl AuditFailure for Error {
     }
 }
 
-fn new_call(caller: &Caller, via: Via, call: &CallInfo<'_>, check: &Check) -> Result<NewCall> {
+fn new_call(
+    ctx: &Ctx,
+    caller: &Caller,
+    via: Via,
+    call: &CallInfo<'_>,
+    check: &Check,
+) -> Result<NewCall> {
     let names = argument_names(call.args.keys());
     let names = serde_json::to_string(&names).map_err(fail_closed)?;
     let (decision, matched, reason) = match (&check.decision, via) {
@@ -213,7 +219,7 @@ fn new_call(caller: &Caller, via: Via, call: &CallInfo<'_>, check: &Check) -> Re
         (Decision::Deny(denial), _) => ("deny", None, denial.code()),
     };
     Ok(NewCall {
-        called_at: now().to_text(),
+        called_at: ctx.now().to_text(),
         via: via.as_str(),
         agent_id: caller.user_id,
         agent_login: caller.login.clone(),
@@ -240,7 +246,7 @@ pub async fn begin_mcp(ctx: &Ctx, caller: &mut Caller, call: &CallInfo<'_>) -> R
     let check = policy::allowed_in(&mut tx, caller.user_id, call.tool, call.args)
         .await
         .map_err(fail_closed)?;
-    let record = new_call(caller, Via::Mcp, call, &check)?;
+    let record = new_call(ctx, caller, Via::Mcp, call, &check)?;
     let denied = (!check.decision.is_allowed()).then(|| Outcome {
         native_status: None,
         error_code: None,
@@ -263,7 +269,7 @@ pub async fn begin_mcp(ctx: &Ctx, caller: &mut Caller, call: &CallInfo<'_>) -> R
 /// Prepares the record of a native agent-route call (the native routes have
 /// no tool policy: the decision is `allow`, reason `native_api`). Nothing is
 /// written yet: the use case writes it first thing in its transaction.
-pub fn prepare_api(caller: &mut Caller, tool: Tool, call: &CallInfo<'_>) -> Result<()> {
+pub fn prepare_api(ctx: &Ctx, caller: &mut Caller, tool: Tool, call: &CallInfo<'_>) -> Result<()> {
     let check = Check {
         repository: crate::domain::policy::resolve_repository(call.args),
         decision: Decision::Allow {
@@ -274,7 +280,7 @@ pub fn prepare_api(caller: &mut Caller, tool: Tool, call: &CallInfo<'_>) -> Resu
         tool: tool.name(),
         ..call.clone()
     };
-    let record = new_call(caller, Via::Api, &call, &check)?;
+    let record = new_call(ctx, caller, Via::Api, &call, &check)?;
     caller.audit = Some(Arc::new(Record {
         call: record,
         state: Mutex::new(State::Pending),
@@ -325,6 +331,7 @@ async fn plain(ctx: &Ctx, access: Access) -> Result<Tx> {
 /// [`open`] began: the record with it, or, for a record committed before,
 /// the outcome alone (a no-op for unaudited callers).
 pub async fn complete_in(
+    ctx: &Ctx,
     tx: &mut Tx,
     caller: &Caller,
     status: u16,
@@ -337,7 +344,7 @@ pub async fn complete_in(
         record.set(State::Read(status, code));
         return Ok(());
     }
-    let at = now().to_text();
+    let at = ctx.now().to_text();
     let outcome = Outcome {
         native_status: Some(status),
         error_code: code,
@@ -362,14 +369,14 @@ pub async fn complete_in(
 /// `store::issues::Handoff`): the record to write whole or to complete, if
 /// the caller is audited and its transaction is open, and the time. Call
 /// [`completed_in`] once that statement succeeded.
-pub fn outcome_target(caller: &Caller) -> Option<(CallEnd<'_>, String)> {
+pub fn outcome_target<'a>(ctx: &Ctx, caller: &'a Caller) -> Option<(CallEnd<'a>, String)> {
     let record = caller.audit.as_deref()?;
     let end = match record.get() {
         State::Deferred => CallEnd::Insert(&record.call),
         State::InTx(id) => CallEnd::Complete(id),
         _ => return None,
     };
-    Some((end, now().to_text()))
+    Some((end, ctx.now().to_text()))
 }
 
 /// Marks the caller's record as completed inside the transaction (the
@@ -399,7 +406,7 @@ pub async fn classify_failed_write(ctx: &Ctx, caller: &Caller, err: Error) -> Er
     let probe = async {
         let mut tx = ctx.store.write().await?;
         let id = store::insert_call(&mut tx, &record.call, None).await?;
-        let at = now().to_text();
+        let at = ctx.now().to_text();
         let outcome = Outcome {
             native_status: Some(201),
             error_code: None,
@@ -480,7 +487,7 @@ pub async fn finish<T>(ctx: &Ctx, caller: &Caller, result: Result<T>, ok_status:
         append(ctx, record, status, code).await?;
         return result;
     }
-    let at = now().to_text();
+    let at = ctx.now().to_text();
     let outcome = Outcome {
         native_status: Some(status),
         error_code: code,
@@ -523,6 +530,7 @@ pub async fn read_on_writer<T: Send + 'static>(
         return None;
     }
     let call = record.call.clone();
+    let clock = ctx.config.clock.clone();
     let (answer, wait) = tokio::sync::oneshot::channel::<Result<T>>();
     let job: WriterRead = Box::new(move |tx| match read(tx) {
         Ok(value) => {
@@ -530,7 +538,7 @@ pub async fn read_on_writer<T: Send + 'static>(
                 call,
                 native_status: ok_status,
                 error_code: None,
-                completed_at: now().to_text(),
+                completed_at: clock.now().to_text(),
             };
             let deliver: Deliver = Box::new(move |committed| {
                 let _ = answer.send(committed.map(|()| value).map_err(fail_closed));
@@ -561,7 +569,7 @@ async fn append(ctx: &Ctx, record: &Record, status: u16, code: Option<&'static s
         call: record.call.clone(),
         native_status: status,
         error_code: code,
-        completed_at: now().to_text(),
+        completed_at: ctx.now().to_text(),
     };
     let appended = store::append_call(&ctx.store, finished).await;
     record.set_expected(None);

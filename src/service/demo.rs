@@ -2,7 +2,7 @@
 
 use super::admin::{self, NewRepoInput, NewTokenInput, NewUserInput, Setup};
 use super::forms::{GrantForm, prepare_in};
-use super::{Ctx, Result, now};
+use super::{Ctx, Result};
 use crate::domain::access::Permission;
 use crate::store::{principals, repos};
 
@@ -98,7 +98,7 @@ pub async fn seed_if_empty(ctx: &Ctx) -> Result<Option<DemoInfo>> {
         "demo",
     )
     .await?;
-    let at = now();
+    let at = ctx.now();
     let input = GrantForm {
         agent: bot.into(),
         task: "Add a \"due date\" field to tasks, with a date picker and validation.".into(),

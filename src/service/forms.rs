@@ -10,7 +10,7 @@ use super::admission::{self, Phase};
 use super::agent::facts;
 use super::sessions::{SessionUser, WebSession, consume_nonce};
 use super::view::GrantView;
-use super::{Ctx, Error, Result, now};
+use super::{Ctx, Error, Result};
 use crate::domain::access::Permission;
 use crate::domain::grant::{GrantState, HumanEvent, Refusal, human_transition};
 use crate::domain::ids::{GrantId, parse_positive_i64};
@@ -257,11 +257,12 @@ pub async fn prepare(
     form: &GrantForm,
 ) -> Result<i64> {
     let user = signed_in(session)?;
-    let at = now();
+    let at = ctx.now();
     let input = form.parse(at)?;
     let mut tx = ctx.store.write().await?;
     let (repo, perm) = readable_repo(&mut tx, owner, repo, user.id).await?;
     consume_nonce(
+        ctx,
         &mut tx,
         session.id,
         nonce,
@@ -377,6 +378,7 @@ pub struct FormTarget<'a> {
 }
 
 async fn locate_for_form(
+    ctx: &Ctx,
     tx: &mut Tx,
     session: &WebSession,
     target: FormTarget<'_>,
@@ -389,6 +391,7 @@ async fn locate_for_form(
         .filter(|g| g.repository_id == repo.id)
         .ok_or(Error::NotFound)?;
     consume_nonce(
+        ctx,
         tx,
         session.id,
         target.nonce,
@@ -450,10 +453,10 @@ pub async fn edit(
     form: &GrantForm,
 ) -> Result<()> {
     let user = signed_in(session)?;
-    let at = now();
+    let at = ctx.now();
     let input = form.parse(at)?;
     let mut tx = ctx.store.write().await?;
-    let l = locate_for_form(&mut tx, session, target, "edit").await?;
+    let l = locate_for_form(ctx, &mut tx, session, target, "edit").await?;
     if l.grant.issuer_id != user.id && l.perm < Permission::Admin {
         return Err(Error::Forbidden(
             "only the issuer or a repository admin can edit this grant",
@@ -491,9 +494,9 @@ pub async fn approve(
     acknowledged: bool,
 ) -> Result<()> {
     let user = signed_in(session)?;
-    let at = now();
+    let at = ctx.now();
     let mut tx = ctx.store.write().await?;
-    let l = locate_for_form(&mut tx, session, target, "approve").await?;
+    let l = locate_for_form(ctx, &mut tx, session, target, "approve").await?;
     if l.perm < Permission::Admin {
         return Err(Error::Forbidden(
             "only a repository admin can approve a grant",
@@ -513,7 +516,7 @@ pub async fn approve(
         &l.grant,
         Phase::Approval,
         user.id,
-        &now().to_text(),
+        &ctx.now().to_text(),
     )
     .await?;
     if package.blocked() {
@@ -561,9 +564,9 @@ pub async fn withdraw(
     let user = signed_in(session)?;
     check_text(reason, 4096).map_err(|m| Error::Unprocessable(format!("reason: {m}")))?;
     let reason = (!reason.trim().is_empty()).then(|| reason.to_owned());
-    let at = now();
+    let at = ctx.now();
     let mut tx = ctx.store.write().await?;
-    let l = locate_for_form(&mut tx, session, target, "withdraw").await?;
+    let l = locate_for_form(ctx, &mut tx, session, target, "withdraw").await?;
     if l.grant.issuer_id != user.id && l.perm < Permission::Admin {
         return Err(Error::Forbidden(
             "only the issuer or a repository admin can withdraw this grant",

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use super::access::readable_repo;
 use super::sessions::{WebSession, consume_nonce, issue_nonces};
-use super::{Ctx, Error, Result, now};
+use super::{Ctx, Error, Result};
 use crate::domain::access::Permission;
 use crate::domain::admission::fs_context::FS_CAPABILITIES;
 use crate::store::admission::{self as store, FsChangeRow};
@@ -107,7 +107,15 @@ pub async fn change(
     };
     let mut tx = ctx.store.write().await?;
     let (repo, perm) = readable_repo(&mut tx, owner, repo, user.id).await?;
-    consume_nonce(&mut tx, session.id, nonce, "fs_context", &target(&repo)).await?;
+    consume_nonce(
+        ctx,
+        &mut tx,
+        session.id,
+        nonce,
+        "fs_context",
+        &target(&repo),
+    )
+    .await?;
     if perm < Permission::Admin {
         return Err(Error::Forbidden(
             "only a repository admin can change project filesystem context",
@@ -124,7 +132,7 @@ pub async fn change(
         stored_action,
         &listed,
         user.id,
-        &now().to_text(),
+        &ctx.now().to_text(),
     )
     .await?;
     tx.commit().await?;

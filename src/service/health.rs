@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::admin::Setup;
-use super::{Ctx, Error, Result, now};
+use super::{Ctx, Error, Result};
 use crate::domain::admission::classify::normalize;
 use crate::store::admission::{self as store, HealthRow};
 
@@ -106,7 +106,7 @@ async fn record(ctx: &Ctx, id: &str, input: HealthInput, by: &str) -> Result<Hea
         detail: input.detail,
         checked_at: match (&current, unchanged) {
             (Some(c), true) => c.checked_at.clone(),
-            _ => now().to_text(),
+            _ => ctx.now().to_text(),
         },
         updated_by: by.to_owned(),
     };

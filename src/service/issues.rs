@@ -5,7 +5,7 @@ use super::access::readable_repo;
 use super::admin::Setup;
 use super::auth::Caller;
 use super::view::IssueView;
-use super::{Ctx, Error, Result, now};
+use super::{Ctx, Error, Result};
 use crate::domain::access::Permission;
 use crate::domain::ids::parse_full_name;
 use crate::domain::scope::Scope;
@@ -79,7 +79,7 @@ pub async fn create(
 ) -> Result<IssueView> {
     caller.require(&[Scope::WriteIssue])?;
     check_title(title).map_err(|m| Error::Invalid(m.to_owned()))?;
-    let at = now().to_text();
+    let at = ctx.now().to_text();
     let mut tx = ctx.store.write().await?;
     let (repo, perm) = reachable_repo(&mut tx, caller, owner, repo).await?;
     if perm < Permission::Write {

@@ -49,6 +49,11 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// The current time, normalized, from the configured clock.
+    pub fn now(&self) -> Timestamp {
+        self.config.clock.now()
+    }
+
     /// Bundles configuration, store and catalog; refuses a bad
     /// `trusted_proxies` entry.
     pub fn new(config: Config, store: Store, catalog: Catalog) -> anyhow::Result<Ctx> {
@@ -63,11 +68,6 @@ impl Ctx {
             tokens: Arc::default(),
         })
     }
-}
-
-/// The current time, normalized.
-pub fn now() -> Timestamp {
-    Timestamp::from_datetime(time::OffsetDateTime::now_utc())
 }
 
 /// 32 random bytes as lowercase hex (tokens, cookies, nonces).

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::admin::Setup;
-use super::{Ctx, Error, Result, now};
+use super::{Ctx, Error, Result};
 use crate::domain::policy::{self, Decision, RepoTarget, ToolGrant};
 use crate::domain::scope::Scope;
 use crate::store::Tx;
@@ -186,7 +186,7 @@ pub async fn put(
     let grants = to_domain(input.grants);
     policy::validate(&grants).map_err(Error::Invalid)?;
     let json = serde_json::to_string(&grants).map_err(anyhow::Error::from)?;
-    let at = now().to_text();
+    let at = ctx.now().to_text();
     let mut tx = ctx.store.write().await?;
     let user = bot_named(&mut tx, login).await?;
     store::replace_grants(&mut tx, user.id, &json, by, &at).await?;
@@ -204,7 +204,7 @@ pub async fn seed_from_file(ctx: &Ctx, path: &std::path::Path) -> Result<SeedRep
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::Invalid(format!("cannot read policy file {}: {e}", path.display())))?;
     let agents = policy::parse_policy_toml(&text).map_err(Error::Invalid)?;
-    let at = now().to_text();
+    let at = ctx.now().to_text();
     let mut tx = ctx.store.write().await?;
     let mut users = Vec::with_capacity(agents.len());
     let mut unknown = Vec::new();

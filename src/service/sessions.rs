@@ -2,7 +2,7 @@
 //! throttling, logout, and single-use form nonces.
 
 use super::auth::verify_password;
-use super::{Ctx, Error, Result, now, random_hex};
+use super::{Ctx, Error, Result, random_hex};
 use crate::domain::proposal::sha256_hex;
 use crate::domain::time::Timestamp;
 use crate::store::Tx;
@@ -38,7 +38,7 @@ pub async fn resolve(ctx: &Ctx, cookie: &str) -> Result<Option<WebSession>> {
     if cookie.len() != 64 {
         return Ok(None);
     }
-    let at = now();
+    let at = ctx.now();
     let hash = sha256_hex(cookie.as_bytes());
     let mut tx = ctx.store.read().await?;
     let Some(row) = store::live_session(&mut tx, &hash, &at.to_text()).await? else {
@@ -72,7 +72,7 @@ async fn insert_session(
     user_id: Option<i64>,
     address: Option<&str>,
 ) -> Result<(i64, NewCookie)> {
-    let at = now();
+    let at = ctx.now();
     let cookie = random_hex();
     let idle = if user_id.is_some() {
         ctx.config.session_idle_seconds
@@ -105,7 +105,7 @@ pub async fn start_anonymous(ctx: &Ctx, address: &str) -> Result<(WebSession, Ne
     let mut tx = ctx.store.write().await?;
     // Each new pre-login session also sweeps what has expired, so visits to
     // the login page cannot grow the tables without bound.
-    let at = now();
+    let at = ctx.now();
     let window = at
         .plus_seconds(-ctx.config.login_throttle_seconds)
         .to_text();
@@ -141,7 +141,7 @@ pub async fn issue_nonces(
     {
         return Err(Error::Forbidden("open the login page again"));
     }
-    store::prune_nonces(&mut tx, &now().to_text()).await?;
+    store::prune_nonces(&mut tx, &ctx.now().to_text()).await?;
     let nonces = insert_nonces(ctx, &mut tx, session_id, forms).await?;
     tx.commit().await?;
     Ok(nonces)
@@ -153,7 +153,7 @@ async fn insert_nonces(
     session_id: i64,
     forms: &[(&str, String)],
 ) -> Result<Vec<String>> {
-    let at = now();
+    let at = ctx.now();
     let expires = at.plus_seconds(ctx.config.nonce_seconds).to_text();
     let mut nonces = Vec::with_capacity(forms.len());
     for (action, target) in forms {
@@ -181,6 +181,7 @@ async fn insert_nonces(
 /// Consumes a nonce inside the caller's transaction; 403 unless it was
 /// issued to this session for this action and target, is live and unused.
 pub async fn consume_nonce(
+    ctx: &Ctx,
     tx: &mut Tx,
     session_id: i64,
     nonce: &str,
@@ -191,7 +192,7 @@ pub async fn consume_nonce(
         return Err(FORM_USED);
     }
     let hash = sha256_hex(nonce.as_bytes());
-    if store::consume_nonce(tx, session_id, &hash, action, target, &now().to_text()).await? {
+    if store::consume_nonce(tx, session_id, &hash, action, target, &ctx.now().to_text()).await? {
         Ok(())
     } else {
         Err(FORM_USED)
@@ -343,7 +344,7 @@ pub async fn login(
     }
     let nonce_hash = sha256_hex(nonce.as_bytes());
     let lower = login.to_ascii_lowercase();
-    let at = now();
+    let at = ctx.now();
     let mut tx = ctx.store.read().await?;
     if !store::nonce_live(&mut tx, pre.id, &nonce_hash, "login", "", &at.to_text()).await? {
         return Err(FORM_USED);
@@ -389,9 +390,9 @@ pub async fn login(
             .map_err(anyhow::Error::from)?;
     drop(permit);
 
-    let at = now();
+    let at = ctx.now();
     let mut tx = ctx.store.write().await?;
-    consume_nonce(&mut tx, pre.id, nonce, "login", "").await?;
+    consume_nonce(ctx, &mut tx, pre.id, nonce, "login", "").await?;
     if let Some(wait) = throttled(
         ctx,
         &mut tx,
@@ -425,8 +426,8 @@ pub async fn login(
 /// Logs out: the nonce is consumed and the session revoked server-side.
 pub async fn logout(ctx: &Ctx, session: &WebSession, nonce: &str) -> Result<()> {
     let mut tx = ctx.store.write().await?;
-    consume_nonce(&mut tx, session.id, nonce, "logout", "").await?;
-    store::revoke_session(&mut tx, session.id, &now().to_text()).await?;
+    consume_nonce(ctx, &mut tx, session.id, nonce, "logout", "").await?;
+    store::revoke_session(&mut tx, session.id, &ctx.now().to_text()).await?;
     tx.commit().await?;
     Ok(())
 }

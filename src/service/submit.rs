@@ -8,7 +8,7 @@ use super::agent::{Triple, facts, locate, locate_for_key};
 use super::audit::{self, Access};
 use super::auth::Caller;
 use super::view::{GrantView, SubmissionView};
-use super::{Ctx, Error, Result, now};
+use super::{Ctx, Error, Result};
 use crate::domain::grant::{Refusal, decide_submit};
 use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::scope::Scope;
@@ -92,7 +92,7 @@ pub async fn submit(
         && let Some(existing) = issues::submission_by_key(&mut tx, grant.id, key).await?
     {
         let answer = replay_or_conflict(&grant, existing, &content);
-        record(&mut tx, caller, &answer).await?;
+        record(ctx, &mut tx, caller, &answer).await?;
         audit::commit(ctx, tx, caller).await?;
         return answer;
     }
@@ -114,7 +114,7 @@ pub async fn submit(
                 GrantView::from_row(&grant)?,
                 blocked,
             ));
-            record(&mut tx, caller, &answer).await?;
+            record(ctx, &mut tx, caller, &answer).await?;
             audit::commit(ctx, tx, caller).await?;
             return answer;
         }
@@ -137,10 +137,10 @@ pub async fn submit(
 }
 
 /// Adds the answer's outcome to the caller's audit record, in `tx`.
-async fn record(tx: &mut Tx, caller: &Caller, answer: &Result<Receipt>) -> Result<()> {
+async fn record(ctx: &Ctx, tx: &mut Tx, caller: &Caller, answer: &Result<Receipt>) -> Result<()> {
     match answer {
-        Ok(_) => audit::complete_in(tx, caller, 200, None).await,
-        Err(e) => audit::complete_in(tx, caller, e.status(), Some(e.code())).await,
+        Ok(_) => audit::complete_in(ctx, tx, caller, 200, None).await,
+        Err(e) => audit::complete_in(ctx, tx, caller, e.status(), Some(e.code())).await,
     }
 }
 
@@ -174,7 +174,7 @@ async fn resolve_after_race(
         .await?
         .ok_or_else(|| Error::Internal(anyhow::anyhow!("unique violation without a receipt")))?;
     let answer = replay_or_conflict(&grant, existing, content);
-    record(&mut tx, caller, &answer).await?;
+    record(ctx, &mut tx, caller, &answer).await?;
     audit::commit(ctx, tx, caller).await?;
     answer
 }
@@ -206,7 +206,7 @@ async fn create(
     content: &str,
     inputs: Option<EvaluationInputs>,
 ) -> Result<Created> {
-    let at = now();
+    let at = ctx.now();
     decide_submit(&facts(grant)?, &input.triple.digest, at).map_err(|r| {
         GrantView::from_row(grant)
             .map(|g| Error::refused(r, g))
@@ -222,7 +222,7 @@ async fn create(
     let full_name = format!("{}/{}", grant.repo_owner, grant.repo_name);
     let url_prefix = format!("{}/{full_name}/issues/", ctx.config.public_base());
     let count = grant.submission_count + 1;
-    let audit = audit::outcome_target(caller);
+    let audit = audit::outcome_target(ctx, caller);
     let written = handoff::hand_off(
         tx,
         &Handoff {
@@ -318,7 +318,7 @@ pub async fn readback(
     let receipt = issues::submission_by_key(&mut tx, grant.id, key.as_str())
         .await?
         .ok_or(Error::NotFound)?;
-    audit::complete_in(&mut tx, caller, 200, None).await?;
+    audit::complete_in(ctx, &mut tx, caller, 200, None).await?;
     audit::commit(ctx, tx, caller).await?;
     Ok(Receipt {
         outcome: Outcome::Replayed,

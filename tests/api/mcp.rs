@@ -2686,7 +2686,7 @@ async fn a_use_case_that_commits_without_its_outcome_still_leaves_its_record(app
         rpc_id: None,
         request_id: Some(request_id.clone()),
     };
-    audit::prepare_api(&mut caller, writ::domain::tools::Tool::List, &call).expect("prepared");
+    audit::prepare_api(ctx, &mut caller, writ::domain::tools::Tool::List, &call).expect("prepared");
     let tx = audit::open(ctx, &caller, Access::Write)
         .await
         .expect("a transaction with the record in it");

@@ -64,7 +64,7 @@ pub async fn list_grants(
     let names = form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
         .map(|(k, _)| k.into_owned());
     let args = call_args(&[], names);
-    audit_call(&mut caller, Tool::List, &headers, &args)?;
+    audit_call(&ctx, &mut caller, Tool::List, &headers, &args)?;
     let result = async {
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository])?;
@@ -96,7 +96,13 @@ pub async fn get_grant(
 ) -> Result<Json<GrantEnvelope>, ApiError> {
     let mut caller = api_caller_deferred(&ctx, &headers).await?;
     let result = async {
-        audit_call(&mut caller, Tool::Get, &headers, &path_args(&path, None))?;
+        audit_call(
+            &ctx,
+            &mut caller,
+            Tool::Get,
+            &headers,
+            &path_args(&path, None),
+        )?;
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository])?;
         let (owner, repo, id) = segments(path)?;
@@ -141,7 +147,7 @@ pub async fn confirm_grant(
     let bytes = read_body(&headers, body).await;
     let args = path_args(&path, bytes.as_deref().ok());
     let result = async {
-        audit_call(&mut caller, Tool::Confirm, &headers, &args)?;
+        audit_call(&ctx, &mut caller, Tool::Confirm, &headers, &args)?;
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
         let (owner, repo, id) = segments(path)?;

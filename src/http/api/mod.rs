@@ -165,6 +165,7 @@ pub fn body_names(bytes: Option<&[u8]>) -> Vec<String> {
 /// Prepares the audit record of a native agent-route call; the use case
 /// writes it in its transaction before anything else.
 pub fn audit_call(
+    ctx: &crate::service::Ctx,
     caller: &mut crate::service::auth::Caller,
     tool: crate::domain::tools::Tool,
     headers: &axum::http::HeaderMap,
@@ -179,5 +180,5 @@ pub fn audit_call(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
     };
-    crate::service::audit::prepare_api(caller, tool, &call)
+    crate::service::audit::prepare_api(ctx, caller, tool, &call)
 }

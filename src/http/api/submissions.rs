@@ -122,7 +122,7 @@ pub async fn submit_work(
     let bytes = read_body(&headers, body).await;
     let args = path_args(&path, bytes.as_deref().ok());
     let result = async {
-        audit_call(&mut caller, Tool::Submit, &headers, &args)?;
+        audit_call(&ctx, &mut caller, Tool::Submit, &headers, &args)?;
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
         let (owner, repo, id) = segments(path)?;
@@ -160,7 +160,7 @@ pub async fn read_submission(
         Err(_) => call_args(&[], []),
     };
     let result = async {
-        audit_call(&mut caller, Tool::Readback, &headers, &args)?;
+        audit_call(&ctx, &mut caller, Tool::Readback, &headers, &args)?;
         caller.require_bot()?;
         caller.require(&[Scope::ReadRepository, Scope::ReadIssue])?;
         let (owner, repo, id, key) = segments(path)?;
