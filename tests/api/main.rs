@@ -69,6 +69,7 @@ mod list_counts;
 mod matrix;
 mod mcp;
 mod mcp_stdio;
+mod model;
 mod openapi;
 mod pagination;
 mod policy;
