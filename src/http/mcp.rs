@@ -93,7 +93,12 @@ fn allowed_hosts(ctx: &Ctx) -> Vec<String> {
 }
 
 fn rpc_error(status: StatusCode, code: i64, message: &str) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    rpc_error_to(Value::Null, status, code, message)
+}
+
+/// A JSON-RPC error answering the request with `id` (null: unknown).
+fn rpc_error_to(id: Value, status: StatusCode, code: i64, message: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
     (status, axum::Json(body)).into_response()
 }
 
@@ -144,6 +149,26 @@ async fn gate(State(ctx): State<Ctx>, request: Request, next: Next) -> Response 
         );
     }
     let discover = message.get("method").and_then(Value::as_str) == Some("server/discover");
+    if <rmcp::model::ClientJsonRpcMessage as serde::Deserialize>::deserialize(&message).is_err() {
+        // JSON, but no JSON-RPC message: the SDK would answer 415 as if the
+        // Content-Type were wrong. A discovery probe is never failed.
+        let status = if discover {
+            StatusCode::OK
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        let id = message
+            .get("id")
+            .filter(|id| id.is_string() || id.is_i64())
+            .cloned()
+            .unwrap_or(Value::Null);
+        return rpc_error_to(
+            id,
+            status,
+            -32600,
+            "Invalid Request: not a JSON-RPC message",
+        );
+    }
     parts.extensions.insert(caller);
     let response = as_rpc_error(
         next.run(Request::from_parts(parts, Body::from(bytes)))

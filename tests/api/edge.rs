@@ -4,6 +4,7 @@
 //! 4xx on an API path with the JSON error body, whichever layer wrote it.
 
 use reqwest::Method;
+use serde_json::{Value, json};
 
 use crate::db::SqlConn;
 use crate::helpers::{Auth, Body, Resp, TestApp};
@@ -223,6 +224,17 @@ async fn mcp_transport_errors_are_json_rpc(app: TestApp) {
     ] {
         let resp = mcp_post(&app, &world.bot, both, body).await;
         assert_rpc_error(&resp, 400, -32700);
+    }
+    // One JSON value, but no JSON-RPC message: -32600, naming a valid id.
+    for (body, id) in [
+        (r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#, json!(3)),
+        (r#"{"jsonrpc":"2.0","id":"a","method":7}"#, json!("a")),
+        (r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#, Value::Null),
+        ("42", Value::Null),
+    ] {
+        let resp = mcp_post(&app, &world.bot, both, body.as_bytes().to_vec()).await;
+        assert_rpc_error(&resp, 400, -32600);
+        assert_eq!(resp.json()["id"], id, "{}", resp.body);
     }
     let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec();
     for accept in [None, Some("text/html"), Some("application/json")] {

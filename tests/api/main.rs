@@ -56,6 +56,7 @@ mod access;
 mod admission;
 mod agent;
 mod bad_input;
+mod catalogue;
 mod digest;
 mod edge;
 mod errors;
