@@ -59,23 +59,21 @@ pub const NAME_PUNCTUATION: &str = "_.-";
 pub struct RequestKey(String);
 
 impl RequestKey {
-    /// Accepts exactly `xxxxxxxx-xxxx-4xxx-[89ab]xxx-xxxxxxxxxxxx` in lowercase hex.
+    /// Accepts exactly `xxxxxxxx-xxxx-4xxx-[89ab]xxx-xxxxxxxxxxxx` in lowercase hex:
+    /// a UUID (the `uuid` crate parses it) that is version 4, of the RFC 9562
+    /// variant, and written in its canonical lowercase hyphenated form.
     pub fn parse(raw: &str) -> Result<RequestKey, ParseError> {
         const ERR: ParseError = ParseError("request_key must be a canonical lowercase UUIDv4");
-        let b = raw.as_bytes();
-        if b.len() != 36 {
+        let uuid = uuid::Uuid::try_parse(raw).map_err(|_| ERR)?;
+        let canonical = uuid
+            .hyphenated()
+            .encode_lower(&mut uuid::Uuid::encode_buffer())
+            == raw;
+        if !canonical
+            || uuid.get_version() != Some(uuid::Version::Random)
+            || uuid.get_variant() != uuid::Variant::RFC4122
+        {
             return Err(ERR);
-        }
-        for (i, c) in b.iter().enumerate() {
-            let ok = match i {
-                8 | 13 | 18 | 23 => *c == b'-',
-                14 => *c == b'4',
-                19 => matches!(c, b'8' | b'9' | b'a' | b'b'),
-                _ => matches!(c, b'0'..=b'9' | b'a'..=b'f'),
-            };
-            if !ok {
-                return Err(ERR);
-            }
         }
         Ok(RequestKey(raw.to_owned()))
     }
@@ -86,19 +84,10 @@ impl RequestKey {
     }
 
     /// The canonical text of the UUIDv4 made of 16 random bytes (the
-    /// version and variant bits are set here).
-    pub fn from_random(mut bytes: [u8; 16]) -> RequestKey {
-        bytes[6] = (bytes[6] & 0x0f) | 0x40;
-        bytes[8] = (bytes[8] & 0x3f) | 0x80;
-        let h = hex::encode(bytes);
-        RequestKey(format!(
-            "{}-{}-{}-{}-{}",
-            &h[0..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..32]
-        ))
+    /// version and variant bits are set by `uuid`).
+    pub fn from_random(bytes: [u8; 16]) -> RequestKey {
+        let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
+        RequestKey(uuid.hyphenated().to_string())
     }
 }
 
