@@ -124,26 +124,12 @@ async fn gate(State(ctx): State<Ctx>, request: Request, next: Next) -> Response 
         Ok(bytes) => bytes,
         Err(_) => return too_large(),
     };
-    // serde_json refuses text that is not UTF-8 and nesting deeper than
-    // 128 levels, as the SDK's own parser would later.
-    let message = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(message) => message,
-        Err(_) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                -32700,
-                "Parse error: the body must be one JSON-RPC message in UTF-8 JSON",
-            );
+    let discover = match check_body(&bytes) {
+        Ok(body) => body.discover,
+        Err(refusal) => {
+            return rpc_error(StatusCode::BAD_REQUEST, refusal.code, refusal.message);
         }
     };
-    if message.is_array() {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            -32600,
-            "JSON-RPC batches are not supported",
-        );
-    }
-    let discover = message.get("method").and_then(Value::as_str) == Some("server/discover");
     parts.extensions.insert(caller);
     let response = as_rpc_error(
         next.run(Request::from_parts(parts, Body::from(bytes)))
@@ -157,6 +143,41 @@ async fn gate(State(ctx): State<Ctx>, request: Request, next: Next) -> Response 
         return Response::from_parts(parts, body);
     }
     response
+}
+
+/// A request body the gate lets through to the SDK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// The message is a `server/discover` request (answered, never failed).
+    pub discover: bool,
+}
+
+/// Why the gate refused a request body: HTTP 400 with this JSON-RPC error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// `-32700` (not one JSON value) or `-32600` (a batch).
+    pub code: i64,
+    /// The error's message, written by Writ.
+    pub message: &'static str,
+}
+
+/// The gate's check of a body within the size limit: one JSON value in
+/// UTF-8, not a batch. serde_json refuses text that is not UTF-8 and nesting
+/// deeper than 128 levels, as the SDK's own parser would later.
+pub fn check_body(bytes: &[u8]) -> std::result::Result<Admitted, Refused> {
+    let message = serde_json::from_slice::<Value>(bytes).map_err(|_| Refused {
+        code: -32700,
+        message: "Parse error: the body must be one JSON-RPC message in UTF-8 JSON",
+    })?;
+    if message.is_array() {
+        return Err(Refused {
+            code: -32600,
+            message: "JSON-RPC batches are not supported",
+        });
+    }
+    Ok(Admitted {
+        discover: message.get("method").and_then(Value::as_str) == Some("server/discover"),
+    })
 }
 
 /// Gives a 4xx the SDK wrote as plain text (406 for `Accept`, 415 for
