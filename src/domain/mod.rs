@@ -4,6 +4,7 @@ pub mod access;
 pub mod admission;
 pub mod grant;
 pub mod ids;
+pub mod json;
 pub mod net;
 pub mod policy;
 pub mod proposal;

@@ -133,6 +133,15 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// Parses the requirement list a human typed as JSON: an array of objects
+/// (serde alone would also read a requirement from an array of its fields).
+pub fn parse_requirements(text: &str) -> Result<Vec<McpRequirement>, serde_json::Error> {
+    let mut parser = serde_json::Deserializer::from_str(text);
+    let reqs = super::json::objects(&mut parser)?;
+    parser.end()?;
+    Ok(reqs)
+}
+
 /// Validates the requirement list a human typed; returns the first problem.
 pub fn validate_requirements(reqs: &[McpRequirement]) -> Result<(), String> {
     if reqs.len() > MAX_REQUIREMENTS {
@@ -213,6 +222,12 @@ mod tests {
             )
             .is_err()
         );
+        assert!(
+            parse_requirements(r#"[["github","docs","optional",[],"ask_user"]]"#).is_err(),
+            "a requirement written as an array of its fields (found by fuzzing)"
+        );
+        let listed = parse_requirements(&format!("[{}]", serde_json::to_string(&r).unwrap()));
+        assert_eq!(listed.unwrap(), vec![r.clone()]);
         let long = McpRequirement {
             agent: "a".repeat(65),
             ..r.clone()

@@ -1,5 +1,5 @@
-//! Strict JSON request bodies: `application/json` only, at most 1 MiB,
-//! unknown fields and wrong types refused, NUL refused anywhere.
+//! Strict JSON request bodies: `application/json` only, at most 1 MiB, a
+//! JSON object, unknown fields and wrong types refused, NUL refused anywhere.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, header};
@@ -47,6 +47,14 @@ pub async fn read_body(headers: &HeaderMap, body: Body) -> Result<axum::body::By
 /// Parses JSON bytes strictly; the message names the problem, never the input.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let value: T = serde_json::from_slice(bytes).map_err(|e| Error::Invalid(describe(&e)))?;
+    // serde reads a struct from an array of its fields too (`["acme/x"]`
+    // for `{"to": "acme/x"}`); every body is an object.
+    let first = bytes
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(&b'{') {
+        return Err(Error::Invalid("the body must be a JSON object".into()));
+    }
     if contains_nul(bytes) {
         return Err(Error::Invalid("strings must not contain U+0000".into()));
     }
@@ -107,6 +115,25 @@ fn field_name(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Transfer {
+        to: String,
+    }
+
+    /// Found by the `json_body` fuzz target: `[""]` was read as a body.
+    #[test]
+    fn bodies_are_objects() {
+        let ok = parse_json::<Transfer>(br#" {"to":"acme/x"}"#).unwrap();
+        assert_eq!(ok.to, "acme/x");
+        for body in [&br#"["acme/x"]"#[..], br#" ["acme/x"] "#] {
+            let err = parse_json::<Transfer>(body).unwrap_err();
+            assert_eq!(err.message(), "the body must be a JSON object");
+        }
+        let err = parse_json::<Transfer>(br#"[1]"#).unwrap_err();
+        assert_eq!(err.code(), "invalid_input");
+    }
 
     #[test]
     fn nul_detection() {

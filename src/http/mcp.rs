@@ -129,46 +129,18 @@ async fn gate(State(ctx): State<Ctx>, request: Request, next: Next) -> Response 
         Ok(bytes) => bytes,
         Err(_) => return too_large(),
     };
-    // serde_json refuses text that is not UTF-8 and nesting deeper than
-    // 128 levels, as the SDK's own parser would later.
-    let message = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(message) => message,
-        Err(_) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                -32700,
-                "Parse error: the body must be one JSON-RPC message in UTF-8 JSON",
-            );
+    let discover = match check_body(&bytes) {
+        Ok(body) => body.discover,
+        Err(refusal) => {
+            // A discovery probe is answered, never failed (docs/mcp.md).
+            let status = if refusal.discover {
+                StatusCode::OK
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            return rpc_error_to(refusal.id, status, refusal.code, refusal.message);
         }
     };
-    if message.is_array() {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            -32600,
-            "JSON-RPC batches are not supported",
-        );
-    }
-    let discover = message.get("method").and_then(Value::as_str) == Some("server/discover");
-    if <rmcp::model::ClientJsonRpcMessage as serde::Deserialize>::deserialize(&message).is_err() {
-        // JSON, but no JSON-RPC message: the SDK would answer 415 as if the
-        // Content-Type were wrong. A discovery probe is never failed.
-        let status = if discover {
-            StatusCode::OK
-        } else {
-            StatusCode::BAD_REQUEST
-        };
-        let id = message
-            .get("id")
-            .filter(|id| id.is_string() || id.is_i64())
-            .cloned()
-            .unwrap_or(Value::Null);
-        return rpc_error_to(
-            id,
-            status,
-            -32600,
-            "Invalid Request: not a JSON-RPC message",
-        );
-    }
     parts.extensions.insert(caller);
     let response = as_rpc_error(
         next.run(Request::from_parts(parts, Body::from(bytes)))
@@ -182,6 +154,65 @@ async fn gate(State(ctx): State<Ctx>, request: Request, next: Next) -> Response 
         return Response::from_parts(parts, body);
     }
     response
+}
+
+/// A request body the gate lets through to the SDK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// The message is a `server/discover` request (answered, never failed).
+    pub discover: bool,
+}
+
+/// Why the gate refused a request body: HTTP 400 with this JSON-RPC error
+/// (HTTP 200 for a `server/discover` probe).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// `-32700` (not one JSON value) or `-32600` (a batch, or JSON that is
+    /// no JSON-RPC message).
+    pub code: i64,
+    /// The error's message, written by Writ.
+    pub message: &'static str,
+    /// The request's `id` when it has a valid one, else null.
+    pub id: Value,
+    /// The body is a `server/discover` request.
+    pub discover: bool,
+}
+
+/// The gate's check of a body within the size limit: one JSON value in
+/// UTF-8, not a batch, and a JSON-RPC message (the SDK would answer JSON
+/// that is none with 415, as if the Content-Type were wrong). serde_json
+/// refuses text that is not UTF-8 and nesting deeper than 128 levels, as the
+/// SDK's own parser would later.
+pub fn check_body(bytes: &[u8]) -> std::result::Result<Admitted, Refused> {
+    let message = serde_json::from_slice::<Value>(bytes).map_err(|_| Refused {
+        code: -32700,
+        message: "Parse error: the body must be one JSON-RPC message in UTF-8 JSON",
+        id: Value::Null,
+        discover: false,
+    })?;
+    if message.is_array() {
+        return Err(Refused {
+            code: -32600,
+            message: "JSON-RPC batches are not supported",
+            id: Value::Null,
+            discover: false,
+        });
+    }
+    let discover = message.get("method").and_then(Value::as_str) == Some("server/discover");
+    if <rmcp::model::ClientJsonRpcMessage as serde::Deserialize>::deserialize(&message).is_err() {
+        let id = message
+            .get("id")
+            .filter(|id| id.is_string() || id.is_i64())
+            .cloned()
+            .unwrap_or(Value::Null);
+        return Err(Refused {
+            code: -32600,
+            message: "Invalid Request: not a JSON-RPC message",
+            id,
+            discover,
+        });
+    }
+    Ok(Admitted { discover })
 }
 
 /// Gives a 4xx the SDK wrote as plain text (406 for `Accept`, 415 for

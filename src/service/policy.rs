@@ -59,6 +59,7 @@ pub struct ToolGrantInput {
 pub struct ToolGrantsInput {
     /// At most 64 grants with at most 256 repository patterns in all.
     #[schema(value_type = super::schema::ToolGrantList, inline)]
+    #[serde(deserialize_with = "crate::domain::json::objects")]
     pub grants: Vec<ToolGrantInput>,
 }
 
@@ -93,7 +94,9 @@ pub struct Check {
     pub decision: Decision,
 }
 
-fn to_domain(input: Vec<ToolGrantInput>) -> Vec<ToolGrant> {
+/// The grant set an admin wrote: a grant without an `id` is named
+/// `grants[<n>]` after its position, as in a policy file.
+pub fn to_domain(input: Vec<ToolGrantInput>) -> Vec<ToolGrant> {
     input
         .into_iter()
         .enumerate()
@@ -291,4 +294,25 @@ pub async fn granted_tools(ctx: &Ctx, agent_id: i64) -> Result<Vec<crate::domain
                 .any(|g| g.tools.iter().any(|t| t.eq_ignore_ascii_case(tool.name())))
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `json_body` fuzz target: a grant written as an array of
+    /// its fields was read as a grant.
+    #[test]
+    fn grants_are_objects() {
+        let parse = |text: &str| serde_json::from_str::<ToolGrantsInput>(text);
+        let set =
+            parse(r#"{"grants":[{"repos":["acme/x"],"tools":["get_agent_work_grant"]}]}"#).unwrap();
+        assert_eq!(to_domain(set.grants)[0].id, "grants[0]");
+        assert!(parse(r#"{"grants":[["g",["acme/x"],["get_agent_work_grant"]]]}"#).is_err());
+        let err = parse(r#"{"grants":[{"repos":[],"tools":[],"scope":1}]}"#).unwrap_err();
+        assert!(
+            err.to_string().starts_with("unknown field `scope`"),
+            "{err}"
+        );
+    }
 }

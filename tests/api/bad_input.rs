@@ -84,6 +84,7 @@ async fn confirm_refuses_malformed_bodies(app: TestApp) {
         ("missing digest", confirm("proposal_digest", None), 400, invalid),
         ("empty object", Body::Json(json!({})), 400, invalid),
         ("array", Body::Json(json!([confirm_body(d)])), 400, invalid),
+        ("the triple as an array", Body::Json(json!([SCHEMA, 1, d])), 400, invalid),
         ("string", Body::Json(json!("confirm")), 400, invalid),
         ("null", raw_json("null"), 400, invalid),
         ("number", raw_json("1"), 400, invalid),

@@ -42,9 +42,11 @@ pub fn normalize(raw: &str) -> String {
 pub fn normalized(raw: &str) -> Cow<'_, str> {
     let trimmed = raw.trim();
     // Fast path: ASCII without whitespace, the common case (one pass).
+    // Whitespace is Unicode's, as in the slow path: `is_ascii_whitespace`
+    // leaves out U+000B (vertical tab).
     let (mut plain, mut upper) = (true, false);
     for b in trimmed.bytes() {
-        if !b.is_ascii() || b.is_ascii_whitespace() {
+        if !b.is_ascii() || char::from(b).is_whitespace() {
             plain = false;
             break;
         }
@@ -146,6 +148,21 @@ mod tests {
         assert_eq!(
             normalize("github.pull \t requests.read"),
             "github.pull_requests.read"
+        );
+    }
+
+    /// Every whitespace character of the slow path counts on the fast path
+    /// too (found by the `classify` fuzz target: U+000B was kept).
+    #[test]
+    fn vertical_tab_is_whitespace() {
+        assert_eq!(
+            normalize("github.pull\u{b}requests.read"),
+            "github.pull_requests.read"
+        );
+        let catalog = Catalog::default_catalog();
+        assert_eq!(
+            classify(&catalog, "github", "github.pull\u{b}requests.read").class,
+            BoundedReadOnly
         );
     }
 

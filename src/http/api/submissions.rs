@@ -65,7 +65,8 @@ fn text(value: Value, field: &str) -> Result<String, Error> {
 }
 
 impl SubmitBody {
-    fn into_input(self) -> Result<SubmitInput, Error> {
+    /// The checked submit input: the triple, the request key, title and body.
+    pub fn into_input(self) -> Result<SubmitInput, Error> {
         let triple = Triple::parse(
             &self.proposal_schema,
             &self.proposal_version,
