@@ -5,8 +5,10 @@ Concurrent bots submit continuously with fresh request keys; after any error or
 connection failure a client retries the SAME key with the same content (as the
 adapter would) until it gets 200/201. Meanwhile the driver SIGKILLs the server
 at random moments and restarts it, for --cycles cycles. Afterwards, with the
-server stopped, the database must satisfy the receipt invariants, and every
-acknowledged key must read back the issue the client was told.
+server stopped, the database must satisfy the receipt invariants, every
+acknowledged key must read back the issue the client was told, and the history
+of every request (history.py; a request cut by a kill has no answer) must be
+linearizable against the per-grant model (linearizability.py).
 
     scripts/crash_harness.py [--backend sqlite|postgres] [--cycles 20] [--bots 4]
 
@@ -148,11 +150,14 @@ def main(checks: h.Checks) -> None:
     started = time.monotonic()
     with h.Run(args, args.backend, checks) as run:
         w = h.setup_world(run.binary, run.db, run.workdir, args.bots)
+        history = h.open_history(args, "crash", args.backend)
+        for bot in w.bots:
+            bot.history = history
         server = h.Server(run.binary, run.db.url, h.free_port(), run.workdir)
         ok, detail = server.start()
         if not checks.check("server ready at first start", ok, detail):
             return
-        browser = h.Browser(server.port)
+        browser = h.Browser(server.port, history)
         browser.login(w.owner, w.password)
         grants = [(bot, *h.create_active_grant(w, server.port, browser, bot)) for bot in w.bots]
         grant_ids = [g for _, g, _ in grants]
@@ -234,6 +239,7 @@ def main(checks: h.Checks) -> None:
                      f"exit status {rc}")
         h.check_submission_invariants(checks, run.db, acked, sent, grant_ids, before)
         h.check_server_logs(checks, [server])
+        h.check_history(checks, history)
 
         o = state.outcomes
         h.log(f"SUMMARY backend={args.backend} cycles={args.cycles} kills={server.kills} "

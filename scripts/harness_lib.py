@@ -46,6 +46,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import history as hist
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BINARY = REPO_ROOT / "target" / "release" / "writ"
 DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/postgres"
@@ -131,7 +133,35 @@ def common_args(description: str, backends=("sqlite", "postgres")) -> argparse.A
                         "(env WRIT_HARNESS_POSTGRES_URL)")
     p.add_argument("--seed", type=int, default=None, help="random seed (printed when not given)")
     p.add_argument("--keep", action="store_true", help="keep the run directory and database")
+    p.add_argument("--history", default=None,
+                   help="where to write the run's history (JSONL; default "
+                        "test-output/histories/<harness>-<backend>.jsonl)")
     return p
+
+
+HISTORY_DIR = REPO_ROOT / "test-output" / "histories"
+
+
+def open_history(args, harness: str, backend: str) -> hist.History:
+    """The run's history file (see history.py); `--history` overrides the place."""
+    path = Path(args.history) if args.history else HISTORY_DIR / f"{harness}-{backend}.jsonl"
+    log(f"recording the history in {path}")
+    return hist.History(path)
+
+
+def check_history(checks: Checks, history: hist.History, prefix: str = ""):
+    """Closes the history and checks it with linearizability.py; a violation
+    prints the minimal sub-history of the grant concerned."""
+    import linearizability
+
+    history.close()
+    res = linearizability.check_files([history.path])
+    for line in res.report:
+        print(line, flush=True)
+    checks.check(f"{prefix}history is linearizable against the per-grant model (checker: "
+                 f"linearizability.py)", res.ok, f"{res.summary()}; {history.path}")
+    log(f"LINEARIZABILITY {history.path.name}: {res.summary()}")
+    return res
 
 
 def seed_random(seed: int | None) -> int:
@@ -450,12 +480,20 @@ def form_fields(page: str, action: str) -> dict[str, str] | None:
     return None
 
 
-class Browser:
-    """A human's browser session on one server (cookie `writ_session`)."""
+GRANT_FORMS = ("approve", "withdraw", "edit")
 
-    def __init__(self, port: int) -> None:
+
+class Browser:
+    """A human's browser session on one server (cookie `writ_session`).
+
+    With `history` set, opening a grant page and posting its approve or
+    withdraw form are recorded (history.py)."""
+
+    def __init__(self, port: int, history: "hist.History | None" = None, name: str = "root") -> None:
         self.port = port
         self.cookie: str | None = None
+        self.history = history
+        self.name = name
 
     @property
     def origin(self) -> str:
@@ -512,16 +550,58 @@ class Browser:
             raise RuntimeError(f"prepare grant: {r.status} {location} {r.text[:300]}")
         return int(m.group(1))
 
+    def _recorded(self, op: str, grant_id: int, args: dict, send, answer):
+        call = (self.history.begin(op, grant_id, args, hist.client_name(self.name), self.port)
+                if self.history else None)
+        try:
+            r = send()
+        except (OSError, http.client.HTTPException) as e:
+            if call:
+                call.failed(e)
+            raise
+        if call:
+            call.answered(answer(r))
+        return r
+
+    def open_grant(self, owner: str, repo: str, grant_id: int) -> tuple[Response, dict[str, dict[str, str]]]:
+        """Opens the grant page: the page and its grant forms' hidden fields by name."""
+        base = f"/{owner}/{repo}/agent-work-grants/{grant_id}"
+        forms: dict[str, dict[str, str]] = {}
+
+        def send():
+            r = self.get(base)
+            for name in GRANT_FORMS:
+                fields = form_fields(r.text, f"{base}/{name}") if r.status == 200 else None
+                if fields is not None:
+                    forms[name] = fields
+            return r
+
+        page = self._recorded("open", grant_id, {}, send, lambda r: hist.page_answer(r, list(forms)))
+        return page, forms
+
+    def grant_form(self, owner: str, repo: str, grant_id: int, form: str) -> dict[str, str]:
+        """Opens the grant page and returns one form's nonce and revision."""
+        page, forms = self.open_grant(owner, repo, grant_id)
+        if page.status != 200 or form not in forms:
+            raise RuntimeError(f"grant page {grant_id} has no {form} form: {page.status} {page.text[:300]}")
+        return forms[form]
+
     def approve_form(self, owner: str, repo: str, grant_id: int) -> dict[str, str]:
         """Opens the grant page and returns the approve form's nonce and revision."""
-        page = self.get(f"/{owner}/{repo}/agent-work-grants/{grant_id}")
-        fields = form_fields(page.text, f"/{owner}/{repo}/agent-work-grants/{grant_id}/approve")
-        if page.status != 200 or fields is None:
-            raise RuntimeError(f"grant page {grant_id} has no approve form: {page.status} {page.text[:300]}")
-        return fields
+        return self.grant_form(owner, repo, grant_id, "approve")
+
+    def post_grant_form(self, owner: str, repo: str, grant_id: int, form: str,
+                        fields: dict[str, str]) -> Response:
+        """Posts an approve or withdraw form as the page gave it."""
+        args = {"state_revision": int(fields.get("state_revision", 0) or 0),
+                "nonce": fields.get("nonce", "")}
+        return self._recorded(form, grant_id, args,
+                              lambda: self.post_form(f"/{owner}/{repo}/agent-work-grants/{grant_id}/{form}",
+                                                     fields),
+                              lambda r: {"status": r.status})
 
     def post_approve(self, owner: str, repo: str, grant_id: int, fields: dict[str, str]) -> Response:
-        return self.post_form(f"/{owner}/{repo}/agent-work-grants/{grant_id}/approve", fields)
+        return self.post_grant_form(owner, repo, grant_id, "approve", fields)
 
     def approve(self, owner: str, repo: str, grant_id: int) -> None:
         r = self.post_approve(owner, repo, grant_id, self.approve_form(owner, repo, grant_id))
@@ -531,9 +611,24 @@ class Browser:
 
 @dataclass
 class Bot:
+    """A bot's token. With `history` set, its grant calls are recorded (history.py)."""
     login: str
     token: str
     user_id: int
+    history: "hist.History | None" = None
+
+    def _recorded(self, op: str, gid: int, args: dict, port: int, send, submit: bool = False):
+        call = (self.history.begin(op, gid, args, hist.client_name(self.login), port)
+                if self.history else None)
+        try:
+            r = send()
+        except (OSError, http.client.HTTPException) as e:
+            if call:
+                call.failed(e)
+            raise
+        if call:
+            call.answered(hist.api_answer(r, submit))
+        return r
 
     def _headers(self, json_body: bool = False) -> dict[str, str]:
         h = {"Authorization": f"token {self.token}", "Accept": "application/json"}
@@ -542,14 +637,18 @@ class Bot:
         return h
 
     def get_grant(self, port: int, owner: str, repo: str, gid: int) -> Response:
-        return request(port, "GET", f"/api/v1/repos/{owner}/{repo}/agent-work-grants/{gid}",
-                       headers=self._headers())
+        return self._recorded("read", gid, {}, port, lambda: request(
+            port, "GET", f"/api/v1/repos/{owner}/{repo}/agent-work-grants/{gid}",
+            headers=self._headers()))
+
+    def confirm_body(self, digest: str) -> bytes:
+        return json.dumps({"proposal_schema": PROPOSAL_SCHEMA, "proposal_version": PROPOSAL_VERSION,
+                           "proposal_digest": digest}).encode()
 
     def confirm(self, port: int, owner: str, repo: str, gid: int, digest: str) -> Response:
-        body = json.dumps({"proposal_schema": PROPOSAL_SCHEMA, "proposal_version": PROPOSAL_VERSION,
-                           "proposal_digest": digest}).encode()
-        return request(port, "POST", f"/api/v1/repos/{owner}/{repo}/agent-work-grants/{gid}/confirm",
-                       body=body, headers=self._headers(True))
+        return self._recorded("confirm", gid, {"proposal_digest": digest}, port, lambda: request(
+            port, "POST", f"/api/v1/repos/{owner}/{repo}/agent-work-grants/{gid}/confirm",
+            body=self.confirm_body(digest), headers=self._headers(True)))
 
     def submit_path(self, owner: str, repo: str, gid: int) -> str:
         return f"/api/v1/repos/{owner}/{repo}/agent-work-grants/{gid}/issues"
@@ -559,17 +658,25 @@ class Bot:
                            "proposal_digest": digest, "request_key": key,
                            "title": title, "body": body}, ensure_ascii=False).encode()
 
+    @staticmethod
+    def submit_args(digest: str, key: str, title: str, body: str) -> dict:
+        """A submit as the history records it."""
+        return {"request_key": key, "content_digest": content_digest(digest, title, body),
+                "proposal_digest": digest}
+
     def submit(self, port: int, owner: str, repo: str, gid: int, digest: str, key: str,
                title: str, body: str, timeout: float = 15.0) -> Response:
-        return request(port, "POST", self.submit_path(owner, repo, gid),
-                       body=self.submit_body(digest, key, title, body),
-                       headers=self._headers(True), timeout=timeout)
+        return self._recorded("submit", gid, self.submit_args(digest, key, title, body), port,
+                              lambda: request(port, "POST", self.submit_path(owner, repo, gid),
+                                              body=self.submit_body(digest, key, title, body),
+                                              headers=self._headers(True), timeout=timeout),
+                              submit=True)
 
     def readback(self, port: int, owner: str, repo: str, gid: int, key: str,
                  timeout: float = 15.0) -> Response:
-        return request(port, "GET",
-                       f"/api/v1/repos/{owner}/{repo}/agent-work-grants/{gid}/submissions/{key}",
-                       headers=self._headers(), timeout=timeout)
+        return self._recorded("readback", gid, {"request_key": key}, port, lambda: request(
+            port, "GET", f"/api/v1/repos/{owner}/{repo}/agent-work-grants/{gid}/submissions/{key}",
+            headers=self._headers(), timeout=timeout))
 
 
 def content_digest(proposal_digest: str, title: str, body: str) -> str:
@@ -639,6 +746,8 @@ def prepare_and_confirm(w: World, port: int, browser: Browser, bot: Bot,
     if r.status != 200:
         raise RuntimeError(f"bot reads grant {gid}: {r.status} {r.text[:300]}")
     digest = r.json()["grant"]["proposal_digest"]
+    if bot.history:
+        bot.history.grant(gid, digest, max_submissions)
     r = bot.confirm(port, w.owner, w.repo, gid, digest)
     if r.status != 200 or r.json()["grant"]["state"] != "awaiting_human":
         raise RuntimeError(f"confirm grant {gid}: {r.status} {r.text[:300]}")

@@ -11,7 +11,9 @@ submit fresh keys to both replicas on those grants. Then:
 - CAS races: for several grants, root logged in twice (one browser session per
   replica) posts the approve form with the same state_revision on both at once:
   exactly one 303, the other 409 (or 403), the grant approved exactly once and
-  its state_revision advanced by exactly 1.
+  its state_revision advanced by exactly 1;
+- the history of every request (start, end, answer; history.py) is
+  linearizable against the per-grant model (linearizability.py).
 
     scripts/two_replicas.py [--rounds 30] [--cas-grants 8]
 
@@ -49,6 +51,9 @@ def main(checks: h.Checks) -> None:
     started = time.monotonic()
     with h.Run(args, "postgres", checks) as run:
         w = h.setup_world(run.binary, run.db, run.workdir, args.bots)
+        history = h.open_history(args, "two-replicas", "postgres")
+        for bot in w.bots:
+            bot.history = history
         servers = [h.Server(run.binary, run.db.url, h.free_port(), run.workdir, name=f"replica{i}")
                    for i in (1, 2)]
         for s in servers:
@@ -56,7 +61,7 @@ def main(checks: h.Checks) -> None:
             if not checks.check(f"replica on port {s.port} ready", ok, detail):
                 return
         ports = [s.port for s in servers]
-        browsers = [h.Browser(port) for port in ports]
+        browsers = [h.Browser(port, history, name=f"root@{i + 1}") for i, port in enumerate(ports)]
         for b in browsers:
             b.login(w.owner, w.password)  # two sessions of root, one per replica
         grants = []
@@ -240,6 +245,7 @@ def main(checks: h.Checks) -> None:
         for s in servers:
             s.stop()
         h.check_server_logs(checks, servers)
+        h.check_history(checks, history)
         h.log(f"SUMMARY backend=postgres replicas={ports} race-keys={n_keys} race-requests={n_req} "
               f"fully-overlapping-keys={overlapped} load-submissions={counts['load 201']} acknowledged={len(acked)} "
               f"cas-grants={args.cas_grants} cas={dict(cas_statuses)} "

@@ -10,7 +10,9 @@ answers 200 (replay) when the first request committed, else 201; a readback
 after it names the same issue; the database holds exactly one issue and one
 receipt for the key. The same is done for a few confirms: a dropped confirm is
 resolved by reading the grant and confirming again if it is still
-awaiting_agent; the grant is confirmed exactly once.
+awaiting_agent; the grant is confirmed exactly once. The history of every
+request (history.py; a dropped one has no answer) must be linearizable
+against the per-grant model (linearizability.py).
 
     scripts/uncertain_delivery.py [--backend sqlite|postgres] [--keys 20] [--confirms 5]
 
@@ -20,7 +22,6 @@ Prints one check per line and, last, `N passed, N failed`; exits 1 on failure.
 from __future__ import annotations
 
 import http.client
-import json
 import random
 import socket
 import struct
@@ -32,12 +33,24 @@ from pathlib import Path
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness_lib as h  # noqa: E402
+import history as hist  # noqa: E402
 
 CLOSE_MODES = ("fin", "rst", "half-close", "delayed-fin", "delayed-rst")
 
 
-def send_and_drop(port: int, path: str, token: str, body: bytes, mode: str) -> None:
-    """Writes the whole request, then drops the connection without reading."""
+def send_and_drop(port: int, path: str, token: str, body: bytes, mode: str,
+                  call: hist.Call) -> None:
+    """Writes the whole request, then drops the connection without reading;
+    `call` is recorded without an answer."""
+    try:
+        _send_and_drop(port, path, token, body, mode)
+    except OSError as e:
+        call.failed(e)
+        raise
+    call.failed(ConnectionAbortedError(f"dropped by the harness ({mode})"))
+
+
+def _send_and_drop(port: int, path: str, token: str, body: bytes, mode: str) -> None:
     head = (f"POST {path} HTTP/1.1\r\nHost: {h.LOOPBACK}:{port}\r\n"
             f"Authorization: token {token}\r\nContent-Type: application/json\r\n"
             f"Accept: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
@@ -69,12 +82,14 @@ def main(checks: h.Checks) -> None:
     with h.Run(args, args.backend, checks) as run:
         w = h.setup_world(run.binary, run.db, run.workdir, 1)
         bot = w.bots[0]
+        history = h.open_history(args, "uncertain-delivery", args.backend)
+        bot.history = history
         server = h.Server(run.binary, run.db.url, h.free_port(), run.workdir)
         ok, detail = server.start()
         if not checks.check("server ready", ok, detail):
             return
         port = server.port
-        browser = h.Browser(port)
+        browser = h.Browser(port, history)
         browser.login(w.owner, w.password)
         gid, pdigest = h.create_active_grant(w, port, browser, bot)
         before = h.snapshot_static(run.db)
@@ -90,7 +105,9 @@ def main(checks: h.Checks) -> None:
             digest = h.content_digest(pdigest, title, body)
             sent[(gid, key)] = digest
             name = f"key {i} ({mode})"
-            send_and_drop(port, path, bot.token, bot.submit_body(pdigest, key, title, body), mode)
+            call = history.begin("submit", gid, bot.submit_args(pdigest, key, title, body),
+                                 hist.client_name(bot.login), port)
+            send_and_drop(port, path, bot.token, bot.submit_body(pdigest, key, title, body), mode, call)
 
             # The adapter's first move: read back the same key.
             first = None
@@ -160,11 +177,11 @@ def main(checks: h.Checks) -> None:
             cgid = browser.prepare_grant(w.owner, w.repo, bot.login, task=f"confirm drop {i}",
                                          summary="uncertain confirm", max_submissions=10)
             cdigest = bot.get_grant(port, w.owner, w.repo, cgid).json()["grant"]["proposal_digest"]
-            cbody = json.dumps({"proposal_schema": h.PROPOSAL_SCHEMA,
-                                "proposal_version": h.PROPOSAL_VERSION,
-                                "proposal_digest": cdigest}).encode()
+            history.grant(cgid, cdigest, 10)
+            call = history.begin("confirm", cgid, {"proposal_digest": cdigest},
+                                 hist.client_name(bot.login), port)
             send_and_drop(port, f"/api/v1/repos/{w.owner}/{w.repo}/agent-work-grants/{cgid}/confirm",
-                          bot.token, cbody, mode)
+                          bot.token, bot.confirm_body(cdigest), mode, call)
             time.sleep(0.05)
             seen = bot.get_grant(port, w.owner, w.repo, cgid).json()["grant"]["state"]
             r = bot.confirm(port, w.owner, w.repo, cgid, cdigest) if seen == "awaiting_agent" else None
@@ -182,6 +199,7 @@ def main(checks: h.Checks) -> None:
 
         server.stop()
         h.check_server_logs(checks, [server])
+        h.check_history(checks, history)
         h.log(f"SUMMARY backend={args.backend} keys={args.keys} {dict(stats)} "
               f"elapsed={time.monotonic() - started:.1f}s")
 

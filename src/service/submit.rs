@@ -106,6 +106,24 @@ pub async fn submit(
         located.inputs,
     )
     .await;
+    let refused = matches!(
+        created,
+        Ok(Created::Blocked(_)) | Err(Error::Refused { .. })
+    );
+    if refused
+        && issues::submission_by_key(&mut tx, grant.id, key)
+            .await?
+            .is_some()
+    {
+        // The locking lookup read the key from its statement's snapshot,
+        // which under READ COMMITTED predates the grant row it waited for:
+        // a racer committed a receipt under this key in between, and its
+        // submission may be what now refuses (limit reached, or withdrawn
+        // since). A key already used is answered as the winner was, never
+        // refused; this transaction (and a blocked evaluation) is dropped.
+        drop(tx);
+        return resolve_after_race(ctx, caller, owner, repo, id, input, &content).await;
+    }
     let (row, receipt) = match created {
         Ok(Created::Done { grant, receipt }) => (grant, receipt),
         Ok(Created::Blocked(blocked)) => {

@@ -81,3 +81,4 @@ mod service;
 mod sessions;
 mod storage;
 mod submissions;
+mod submit_races;
