@@ -172,15 +172,17 @@ async fn ordinary_issues_are_never_attributed(app: TestApp) {
     assert_eq!(world.grant(id).await["submission_count"], 1);
 }
 
-both_backends!(issue_read_access_rules);
-async fn issue_read_access_rules(app: TestApp) {
-    let world = World::new(&app).await;
+/// Three issues: on acme/widgets the one builder-bot's grant submitted,
+/// then an ordinary one of alice's; on the public acme/public (alice an
+/// admin) one of alice's. The grant and the submission's key.
+async fn readable_issues(world: &World<'_>) -> (i64, String) {
+    let app = world.app;
     app.create_repo(OWNER, "public", false).await;
     app.set_collaborator(OWNER, "public", ALICE, "admin").await;
     let id = world.active("Readable issues").await;
     let key = new_key();
     world.submitted(id, &key, "Submitted", "").await;
-    open(&app, &world.alice_token, "Ordinary", "")
+    open(app, &world.alice_token, "Ordinary", "")
         .await
         .assert_status(201);
     app.post_json(
@@ -190,6 +192,13 @@ async fn issue_read_access_rules(app: TestApp) {
     )
     .await
     .assert_status(201);
+    (id, key)
+}
+
+both_backends!(issue_reads_need_access_scopes_and_visibility);
+async fn issue_reads_need_access_scopes_and_visibility(app: TestApp) {
+    let world = World::new(&app).await;
+    let (id, key) = readable_issues(&world).await;
 
     app.create_user("carol", "human", Some("carol-password-1"))
         .await;
@@ -259,6 +268,12 @@ async fn issue_read_access_rules(app: TestApp) {
         resp.json()["agent_work_grant"],
         json!({"grant_id": id, "request_key": key})
     );
+}
+
+both_backends!(unknown_issues_bad_indexes_and_unknown_repositories_are_refused);
+async fn unknown_issues_bad_indexes_and_unknown_repositories_are_refused(app: TestApp) {
+    let world = World::new(&app).await;
+    readable_issues(&world).await;
 
     // Unknown issues, bad indexes, unknown repositories.
     let bot = Auth::Token(&world.bot);
@@ -291,6 +306,14 @@ async fn issue_read_access_rules(app: TestApp) {
     app.get(&issues_path(OWNER, "nope"), bot)
         .await
         .assert_error(404, "not_found");
+}
+
+both_backends!(issue_lists_page_and_refuse_unknown_queries);
+async fn issue_lists_page_and_refuse_unknown_queries(app: TestApp) {
+    let world = World::new(&app).await;
+    readable_issues(&world).await;
+    let bot = Auth::Token(&world.bot);
+    let widgets_list = issues_path(OWNER, REPO);
 
     // List pages and query rules.
     let app_ref = &app;

@@ -9,7 +9,7 @@ repeating the proposal schema, version and digest it read.
 
 It prints ONE JSON line on stdout with what it saw and exits 0, or prints one
 JSON line with "ok": false and an "error" and exits 1 on any unexpected
-result. tests/api/mcp.rs runs it (python_sdk_over_http, python_sdk_over_stdio).
+result. tests/api/mcp/python_sdk.rs runs it (python_sdk_over_http, python_sdk_over_stdio).
 
     client_check.py --url http://127.0.0.1:3000 --token T \
         --owner acme --repo widgets --grant-id 1 [--mode auto|legacy]
