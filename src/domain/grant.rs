@@ -7,7 +7,7 @@ use super::ids::Digest;
 use super::time::Timestamp;
 
 /// The four grant states.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GrantState {
     /// Prepared or edited; waits for the bot's confirmation.
@@ -57,7 +57,7 @@ pub enum HumanEvent {
 }
 
 /// Why an event or a call was refused; each maps to one 409 code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Refusal {
     /// The offered digest is not the grant's current one.
     ProposalMismatch,

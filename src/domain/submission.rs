@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::proposal::sha256_hex;
 
 /// What became of a submission's issue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReceiptStatus {
     /// The issue still exists at the committed repository and index.
