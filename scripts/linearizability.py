@@ -316,7 +316,7 @@ class Op:
     end: float | None           # None: no answer (pending forever)
     answer: dict | None
     reduced: bool = False       # the answer was reduced to its status by `minimize`
-    truncated: bool = False     # answered after the cut of `prefix`, so taken as unanswered
+    truncated: "Op | None" = None  # the operation as answered, when `prefix` cut its answer off
 
     def pending(self) -> bool:
         return self.end is None
@@ -335,6 +335,8 @@ class Op:
         return f"{self.kind}()"
 
     def answer_text(self) -> str:
+        if self.truncated is not None:
+            return f"not answered yet here (its answer, later: {self.truncated.answer_text()})"
         if self.answer is None:
             return "no answer (may have taken effect, or not)"
         a = self.answer
@@ -553,7 +555,7 @@ def prefix(ops: list[Op], t: float) -> list[Op]:
         if o.start > t:
             continue
         if o.end is not None and o.end > t:
-            o = Op(o.id, o.client, o.grant, o.kind, o.args, o.start, None, None, truncated=True)
+            o = Op(o.id, o.client, o.grant, o.kind, o.args, o.start, None, None, truncated=o)
         out.append(o)
     return out
 
@@ -565,7 +567,10 @@ def _claims_no_effect(o: Op) -> bool:
         return False
     if o.kind in READ_ONLY:
         return True
-    return o.answer.get("status") not in (200, 201, 303)
+    status = o.answer.get("status")
+    if o.kind == "submit" and status == 200:
+        return True  # a replay
+    return status not in (200, 201, 303)
 
 
 def _reduce(o: Op) -> Op:
@@ -588,7 +593,8 @@ def _cut_time(h: list[Op], before: float) -> float | None:
     """The latest start time not after `before` that no operation spans
     (every operation started earlier had ended); operations that never got
     an answer do not count (they may span anything)."""
-    spans = sorted((o for o in h if o.end is not None or o.truncated), key=lambda o: o.start)
+    spans = sorted((o for o in h if o.end is not None or o.truncated is not None),
+                   key=lambda o: o.start)
     best, reach = None, -INF
     for o in spans:
         if o.start > before:
@@ -680,7 +686,7 @@ def minimize(model: GrantModel, ops: list[Op], deadline: float, budget: int = 30
     # Unanswered operations that took effect before the cut in every start
     # state are not part of the window.
     gone = frozenset.intersection(*(s0.applied for s0 in starts)) if starts else frozenset()
-    h = [o for o in h if o.id not in gone]
+    h = [o for o in h if o.id not in gone and not (o.pending() and o.kind in READ_ONLY)]
     return Witness(h, culprit, cut, starts)
 
 
@@ -755,8 +761,6 @@ def describe(s0: Start, ops: list[Op]) -> str:
     others = len(receipts) - len(named)
     text = f"{f.state}, revision {f.revision}, submission_count {f.count}; receipts: "
     text += ", ".join(named + ([f"{others} other key(s)"] if others else [])) or "none"
-    if s0.applied:
-        text += f"; unanswered operations applied: {', '.join(f'#{i}' for i in sorted(s0.applied))}"
     return text
 
 
@@ -767,15 +771,25 @@ def format_witness(gid: int, model: GrantModel, total: int, w: Witness, t0: floa
     if w.cut is None:
         lines.append("  The grant starts awaiting_agent, revision 1, no receipt.")
     else:
-        lines.append(f"  At {w.cut - t0:.4f} every earlier operation on the grant had answered; "
-                     f"every order of them leaves the grant")
-        for s0 in w.starts[:3]:
-            lines.append(f"    {describe(s0, w.ops)}")
-        if len(w.starts) > 3:
-            lines.append(f"    (or {len(w.starts) - 3} more states)")
-    lines.append(f"  From there, no order of these {len(w.ops)} operations, consistent with their "
+        lines.append(f"  At {w.cut - t0:.4f} every earlier operation on the grant had answered "
+                     f"(but those listed without one); every order of them leaves the grant")
+        shown = list(dict.fromkeys(describe(s0, w.ops) for s0 in w.starts))
+        for text in shown[:3]:
+            lines.append(f"    {text}")
+        if len(shown) > 3:
+            lines.append(f"    (or {len(shown) - 3} more states)")
+    # Unanswered operations carried from before the cut could not explain
+    # it (the search included them); they are counted, not listed.
+    old = [o for o in w.ops if w.cut is not None and o.pending() and o.start < w.cut]
+    shown = [o for o in w.ops if o not in old]
+    lines.append(f"  From there, no order of these {len(shown)} operations, consistent with their "
                  f"times, gives these answers:")
-    return lines + format_ops(w.ops, t0, w.culprit)
+    lines += format_ops(shown, t0, w.culprit)
+    if old:
+        lines.append(f"  ({len(old)} operation(s) without an answer, started before {w.cut - t0:.4f}, "
+                     f"are left out: with them too, no order gives these answers: "
+                     f"{', '.join(f'#{o.id}' for o in old[:10])}{' …' if len(old) > 10 else ''})")
+    return lines
 
 
 def check(h: History, budget: int = 2_000_000, minimize_seconds: float = 60.0) -> Result:
