@@ -551,17 +551,7 @@ class Browser:
         return int(m.group(1))
 
     def _recorded(self, op: str, grant_id: int, args: dict, send, answer):
-        call = (self.history.begin(op, grant_id, args, hist.client_name(self.name), self.port)
-                if self.history else None)
-        try:
-            r = send()
-        except (OSError, http.client.HTTPException) as e:
-            if call:
-                call.failed(e)
-            raise
-        if call:
-            call.answered(answer(r))
-        return r
+        return hist.recorded(self.history, op, grant_id, args, self.name, self.port, send, answer)
 
     def open_grant(self, owner: str, repo: str, grant_id: int) -> tuple[Response, dict[str, dict[str, str]]]:
         """Opens the grant page: the page and its grant forms' hidden fields by name."""
@@ -618,17 +608,8 @@ class Bot:
     history: "hist.History | None" = None
 
     def _recorded(self, op: str, gid: int, args: dict, port: int, send, submit: bool = False):
-        call = (self.history.begin(op, gid, args, hist.client_name(self.login), port)
-                if self.history else None)
-        try:
-            r = send()
-        except (OSError, http.client.HTTPException) as e:
-            if call:
-                call.failed(e)
-            raise
-        if call:
-            call.answered(hist.api_answer(r, submit))
-        return r
+        return hist.recorded(self.history, op, gid, args, self.login, port, send,
+                             lambda r: hist.api_answer(r, submit))
 
     def _headers(self, json_body: bool = False) -> dict[str, str]:
         h = {"Authorization": f"token {self.token}", "Accept": "application/json"}

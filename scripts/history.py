@@ -15,6 +15,7 @@ line with their proposal digest and max_submissions.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import threading
@@ -141,6 +142,22 @@ class History:
         with self._lock:
             if not self._fh.closed:
                 self._fh.close()
+
+
+def recorded(history: "History | None", op: str, gid: int, args: dict, who: str, port: int,
+             send, answer):
+    """Sends a request with `send()` and, when `history` is set, records it
+    with `answer(response)`, or without an answer when the connection fails."""
+    if history is None:
+        return send()
+    call = history.begin(op, gid, args, client_name(who), port)
+    try:
+        r = send()
+    except (OSError, http.client.HTTPException) as e:
+        call.failed(e)
+        raise
+    call.answered(answer(r))
+    return r
 
 
 def client_name(who: str) -> str:
