@@ -2,6 +2,10 @@
 //! must answer, and what it leaves behind, written from the spec
 //! (grant-lifecycle.md, native-api.md, admission.md, browser.md,
 //! mcp-and-policy.md) with no IO. `step` is the whole protocol.
+//! `scripts/linearizability.py` mirrors its per-grant rules (confirm,
+//! submit, readback, read, open and post for approve and withdraw, under
+//! the same names) to check the harnesses' concurrent histories: a rule
+//! changed here is changed there too.
 
 use std::collections::{BTreeMap, BTreeSet};
 
