@@ -357,6 +357,10 @@ impl BatchTx {
         if !self.opened {
             sqlite::batch(conn, SAVEPOINT)?;
             self.opened = true;
+        } else if conn.is_autocommit() {
+            // SQLite ended the batch's transaction after a storage fault: a
+            // statement now would run, and commit, on its own.
+            return Err(rolled_back_by_sqlite());
         }
         Ok(conn)
     }
@@ -779,7 +783,10 @@ impl Appends {
         self.fail(&e);
         match undone {
             Ok(()) => (c, Ok(Vec::new())),
-            Err(e) => (c, Err(StoreError::from(e))),
+            Err(e) => {
+                let why = undone_failed(&c, e);
+                (c, Err(why))
+            }
         }
     }
 
@@ -853,6 +860,26 @@ fn run_batch(
     (Some(c), batch.shutdown)
 }
 
+/// Why the batch's transaction is gone when SQLite ended it itself (and
+/// every savepoint in it). It does so only after a full disk, an I/O
+/// error, a lock it could not take or no memory ("Response To Errors
+/// Within A Transaction", sqlite.org/lang_transaction.html): the database
+/// cannot write now, so every caller of the batch is answered 503.
+fn rolled_back_by_sqlite() -> StoreError {
+    StoreError::Unavailable("SQLite rolled the batch's transaction back".into())
+}
+
+/// The error of a `ROLLBACK TO` that failed: when SQLite had already
+/// ended the transaction (the savepoint is gone with it), the storage
+/// fault that made it do so, not the missing savepoint.
+fn undone_failed(c: &Connection, e: rusqlite::Error) -> StoreError {
+    if c.is_autocommit() {
+        rolled_back_by_sqlite()
+    } else {
+        StoreError::from(e)
+    }
+}
+
 /// The state of one batch while it takes callers.
 struct Batch {
     waiters: Vec<Done>,
@@ -900,14 +927,13 @@ impl Batch {
                 Returned::Abandon { opened: false } => {}
                 Returned::Abandon { opened: true } => {
                     if let Err(e) = c.execute_batch("ROLLBACK TO writ_job; RELEASE writ_job") {
-                        self.failed = Some(StoreError::from(e));
+                        self.failed = Some(undone_failed(&c, e));
                         break;
                     }
                 }
             }
             if c.is_autocommit() {
-                // SQLite ended the transaction (and every savepoint in it).
-                self.failed = Some(StoreError::other("SQLite ended the batch's transaction"));
+                self.failed = Some(rolled_back_by_sqlite());
                 break;
             }
             count += 1;
@@ -1084,6 +1110,57 @@ mod tests {
         }
         assert_kept_exactly_the_committed(&path, jobs, 50).await;
         assert_eq!(count(&path, "SELECT COUNT(*) FROM t WHERE k < 0"), 0);
+        writer.shutdown().await;
+        remove(&path);
+    }
+
+    /// When SQLite ends the batch's transaction itself (as it may on a full
+    /// disk or an I/O error; here a job ends it), every caller of the batch
+    /// learns the database is unavailable (503), never an internal error,
+    /// and nothing of the batch is kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_transaction_sqlite_ended_fails_its_batch_as_unavailable() {
+        let path = database();
+        let writer = writer(&path, RecordCommit::Durable);
+        let mut jobs = Vec::new();
+        for k in 0..200i64 {
+            let writer = writer.clone();
+            jobs.push(tokio::spawn(async move {
+                let mut tx = Tx::Batch(writer.begin().await?);
+                tx.execute(&row(k)).await?;
+                if k % 20 == 7 {
+                    let Tx::Batch(job) = &mut tx else {
+                        unreachable!()
+                    };
+                    job.conn()?.execute_batch("ROLLBACK").unwrap();
+                    // A statement after SQLite ended the transaction must
+                    // not run on its own (it would commit at once).
+                    let after = tx.execute(&row(-1 - k)).await;
+                    assert!(after.as_ref().is_err_and(StoreError::is_unavailable));
+                }
+                tx.commit().await.map(|()| k)
+            }));
+        }
+        let (mut kept, mut unavailable) = (Vec::new(), 0);
+        for job in jobs {
+            match job.await.unwrap() {
+                Ok(k) => kept.push(k),
+                Err(e) => {
+                    assert!(e.is_unavailable(), "{e:?}");
+                    unavailable += 1;
+                }
+            }
+        }
+        assert!(unavailable >= 10, "the ten jobs that ended it fail");
+        kept.sort_unstable();
+        let c = Connection::open(&path).unwrap();
+        let mut stmt = c.prepare("SELECT k FROM t ORDER BY k").unwrap();
+        let rows: Vec<i64> = stmt
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(rows, kept);
         writer.shutdown().await;
         remove(&path);
     }
