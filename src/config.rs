@@ -34,7 +34,7 @@ pub struct Config {
     /// are committed with `fsync` like every write (`true`), or only written
     /// to the WAL and made durable by the next write's commit (`false`, the
     /// default: a killed process loses none; a power loss can lose the last
-    /// ones). See docs/decisions.md.
+    /// ones). See ADR 0017 in docs/adr/.
     pub sqlite_durable_read_records: bool,
     /// SQLite: the most pages (of 4 KiB) the database file may grow to
     /// (`PRAGMA max_page_count` on the writer's connection); a write that
@@ -46,7 +46,7 @@ pub struct Config {
     /// the WAL flush (`true`), or commit with `synchronous_commit = off`
     /// (`false`, the default: a killed Writ process loses none; a crash of
     /// the PostgreSQL server can lose the last ones, never a write). See
-    /// docs/decisions.md.
+    /// ADR 0017 in docs/adr/.
     pub postgres_durable_read_records: bool,
     /// Maximum pooled database connections.
     pub max_connections: u32,

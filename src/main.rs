@@ -11,7 +11,7 @@ use writ::service::admin::{
 use writ::{Config, Writ};
 
 /// mimalloc instead of glibc's malloc: a grant read spent a quarter of its
-/// instructions in glibc's malloc and free (docs/decisions.md).
+/// instructions in glibc's malloc and free (ADR 0023 in docs/adr/).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -24,7 +24,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// instead of after a second. A login's argon2 hash takes 19 MiB; on an
 /// idle blocking thread that memory stayed resident, and two of them put
 /// the server's peak RSS at 68–75 MiB in the bench's first row (37–39 MiB
-/// with this; no change in throughput, docs/performance.md).
+/// with this; no change in throughput, ADR 0023 in docs/adr/).
 fn return_freed_memory_promptly() {
     // SAFETY: mi_option_set stores an integer in mimalloc's option table (an
     // atomic store); any option index and value are accepted.

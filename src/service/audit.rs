@@ -268,7 +268,7 @@ pub async fn begin_mcp(ctx: &Ctx, caller: &mut Caller, call: &CallInfo<'_>) -> R
 
 /// Prepares the record of a native agent-route call (the native routes have
 /// no tool policy: the decision is `allow`, reason `native_api`). Nothing is
-/// written yet: the use case writes it first thing in its transaction.
+/// written yet: the use case writes it, whole, with its outcome (see [`open`]).
 pub fn prepare_api(ctx: &Ctx, caller: &mut Caller, tool: Tool, call: &CallInfo<'_>) -> Result<()> {
     let check = Check {
         repository: crate::domain::policy::resolve_repository(call.args),
@@ -366,7 +366,7 @@ pub async fn complete_in(
 }
 
 /// For a write that ends the call's record in its own statement (see
-/// `store::issues::Handoff`): the record to write whole or to complete, if
+/// `store::handoff::Handoff`): the record to write whole or to complete, if
 /// the caller is audited and its transaction is open, and the time. Call
 /// [`completed_in`] once that statement succeeded.
 pub fn outcome_target<'a>(ctx: &Ctx, caller: &'a Caller) -> Option<(CallEnd<'a>, String)> {

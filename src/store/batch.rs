@@ -32,7 +32,7 @@
 //! that commit only. It is then in the WAL file when its callers are told
 //! (a killed process loses nothing), and on disk at the next write's
 //! durable commit or checkpoint; only a power loss or kernel crash before
-//! that can lose it (docs/decisions.md).
+//! that can lose it (ADR 0017 in docs/adr/).
 //!
 //! An audited read that needs no write of its own can run on the writer
 //! itself ([`Writer::read`]): a closure, run on the writer's thread against

@@ -82,7 +82,7 @@ pub enum RecordDurability {
     /// ~3 × `wal_writer_delay` or by the next durable commit, whichever
     /// comes first. A Writ process killed loses none; a crash of the
     /// PostgreSQL server (or its host) in that window can lose the last
-    /// ones — never a write or its record (docs/decisions.md).
+    /// ones — never a write or its record (ADR 0017 in docs/adr/).
     Relaxed,
 }
 
@@ -123,7 +123,7 @@ pub const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// for the transaction). Here only a connection idle for [`PING_AFTER_IDLE`]
 /// or more is pinged: one in steady use has just answered. A connection that
 /// broke in between fails its first statement instead, before anything was
-/// committed, and the request is answered 5xx (docs/decisions.md).
+/// committed, and the request is answered 503 (ADR 0012 in docs/adr/).
 fn pinged_when_idle<DB: sqlx::Database>(options: PoolOptions<DB>) -> PoolOptions<DB> {
     options
         .test_before_acquire(false)
@@ -145,7 +145,7 @@ fn pinged_when_idle<DB: sqlx::Database>(options: PoolOptions<DB>) -> PoolOptions
 /// ones of its first five runs and then plan it anew at every execution:
 /// the submit's route lookup took 4–24 ms in `Bind` that way, PostgreSQL's
 /// CPU per submit tripled, and the bench's N = 32 row ran at a third of
-/// its rate (docs/decisions.md). A generic plan is made
+/// its rate (ADR 0022 in docs/adr/). A generic plan is made
 /// again whenever the statistics of a table it reads change (`ANALYZE`).
 fn generic_plans(options: PgConnectOptions, url: &str) -> PgConnectOptions {
     if url.contains("plan_cache_mode") {

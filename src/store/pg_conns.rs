@@ -5,7 +5,7 @@
 //! connection is idle again (`sqlx-core` `Floating::return_to_pool`). That is
 //! one more round trip per use, and one more wake-up of the backend: on this
 //! class of machine it was a quarter of PostgreSQL's CPU per submission
-//! (docs/decisions.md). The test is there because a
+//! (ADR 0021 in docs/adr/). The test is there because a
 //! connection may come back in any state (a future dropped in the middle of
 //! a statement, a transaction left open, a rollback not yet sent).
 //!

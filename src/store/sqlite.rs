@@ -4,7 +4,7 @@
 //! hands each statement, each row and each result across threads; on this
 //! class of machine that cost ~65 µs of CPU per statement (and ~110 µs per
 //! small commit), against ~6 µs for the same statement run on the calling
-//! thread (docs/decisions.md). So on SQLite the
+//! thread (ADR 0015 in docs/adr/). So on SQLite the
 //! store runs its statements through rusqlite: reads on the read-only
 //! connections of [`super::inline`], writes on the group-commit writer's
 //! connection ([`super::batch`]), which lends it to one transaction at a

@@ -9,7 +9,7 @@
 //! copies. `serde_rusqlite`, used before, copied every column name into a new
 //! `Vec<String>` per statement and every text value into a `String`: with
 //! the flattened route row that was a fifth of a grant read's instructions
-//! (docs/decisions.md).
+//! (ADR 0015 in docs/adr/).
 
 use rusqlite::Row;
 use rusqlite::types::ValueRef;

@@ -45,7 +45,7 @@ pub async fn add_grants(target: &Target, count: usize) -> anyhow::Result<i64> {
                 // at their fixture size (a handful of evaluations, receipts,
                 // audit records), PostgreSQL would take them for tiny while
                 // the run grows them, and plans cached from then on would
-                // scan them whole (docs/decisions.md).
+                // scan them whole (docs/performance.md, the harness).
                 sqlx::query("ANALYZE grants, grant_counts")
                     .execute(&mut conn)
                     .await?;
