@@ -397,7 +397,7 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
                 password: u.password,
                 is_admin: Some(u.admin),
             };
-            let user = admin::create_user(ctx, Setup::Cli, input).await?;
+            let user = admin::create_user(ctx, Setup::CLI, input).await?;
             println!("{}", serde_json::to_string(&user)?);
         }
         AdminCommand::Token(TokenCommand::Create {
@@ -415,13 +415,13 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
             };
             println!(
                 "{}",
-                admin::create_token(ctx, Setup::Cli, &login, input)
+                admin::create_token(ctx, Setup::CLI, &login, input)
                     .await?
                     .token
             );
         }
         AdminCommand::Token(TokenCommand::Revoke { login, id }) => {
-            admin::revoke_token(ctx, Setup::Cli, &login, id).await?;
+            admin::revoke_token(ctx, Setup::CLI, &login, id).await?;
         }
         AdminCommand::Repo(r) => {
             let input = NewRepoInput {
@@ -432,7 +432,7 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
             };
             println!(
                 "{}",
-                serde_json::to_string(&admin::create_repo(ctx, Setup::Cli, input).await?)?
+                serde_json::to_string(&admin::create_repo(ctx, Setup::CLI, input).await?)?
             );
         }
         AdminCommand::Collaborator(CollaboratorCommand::Set {
@@ -445,7 +445,7 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
                 .ok_or_else(|| anyhow::anyhow!("--repo must be owner/name"))?;
             admin::set_collaborator(
                 ctx,
-                Setup::Cli,
+                Setup::CLI,
                 owner,
                 name,
                 &login,
@@ -464,11 +464,11 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
                 healthy,
                 detail,
             };
-            let view = writ::service::health::set(ctx, Setup::Cli, &mcp, input, "cli").await?;
+            let view = writ::service::health::set(ctx, Setup::CLI, &mcp, input, "cli").await?;
             println!("{}", serde_json::to_string(&view)?);
         }
         AdminCommand::ToolGrants(ToolGrantsCommand::Get { login }) => {
-            let view = writ::service::policy::get(ctx, Setup::Cli, &login).await?;
+            let view = writ::service::policy::get(ctx, &login).await?;
             println!("{}", serde_json::to_string(&view)?);
         }
         AdminCommand::ToolGrants(ToolGrantsCommand::Put { login, file }) => {
@@ -476,14 +476,14 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
             let input: writ::service::policy::ToolGrantsInput = serde_json::from_str(&text)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-            let view = writ::service::policy::put(ctx, Setup::Cli, &login, input, "cli").await?;
+            let view = writ::service::policy::put(ctx, Setup::CLI, &login, input, "cli").await?;
             println!("{}", serde_json::to_string(&view)?);
         }
         AdminCommand::Collaborator(CollaboratorCommand::Remove { repo, login }) => {
             let (owner, name) = repo
                 .split_once('/')
                 .ok_or_else(|| anyhow::anyhow!("--repo must be owner/name"))?;
-            admin::remove_collaborator(ctx, Setup::Cli, owner, name, &login).await?;
+            admin::remove_collaborator(ctx, Setup::CLI, owner, name, &login).await?;
         }
     }
     Ok(())

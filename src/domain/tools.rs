@@ -11,6 +11,8 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::domain::scope::Scope;
+
 /// Page size of the list tool (the native default).
 pub const LIST_LIMIT: u64 = 30;
 
@@ -62,6 +64,16 @@ impl Tool {
         Tool::ALL
             .into_iter()
             .find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
+    /// The token scopes the tool (and its native route) needs
+    /// (native-api.md, "Agent routes").
+    pub fn scopes(self) -> &'static [Scope] {
+        match self {
+            Tool::List | Tool::Get => &[Scope::ReadRepository],
+            Tool::Confirm | Tool::Submit => &[Scope::ReadRepository, Scope::WriteIssue],
+            Tool::Readback => &[Scope::ReadRepository, Scope::ReadIssue],
+        }
     }
 
     /// True for the tools whose native operation writes.

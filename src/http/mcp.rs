@@ -29,7 +29,6 @@ use serde_json::{Map, Value, json};
 
 use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::policy::Decision;
-use crate::domain::scope::Scope;
 use crate::domain::text::printable;
 use crate::domain::tools::{self, Input, Tool};
 use crate::http::api::agent::GrantEnvelope;
@@ -355,10 +354,9 @@ pub async fn run(
     args: &Map<String, Value>,
 ) -> Result<(u16, Value)> {
     let input = tools::parse_input(tool, Some(args)).map_err(|e| Error::Invalid(e.0))?;
+    caller.require_agent(tool.scopes())?;
     match input {
         Input::List { page, state } => {
-            caller.require_bot()?;
-            caller.require(&[Scope::ReadRepository])?;
             let mut raw = format!("page={page}&limit={}", tools::LIST_LIMIT);
             if let Some(state) = &state {
                 raw.push_str("&state=");

@@ -16,22 +16,23 @@ use crate::store::principals::{self, NewToken, NewUser, UserRow};
 use crate::store::repos::{self, NewRepo, RepoRow};
 use crate::store::{Tx, is_unique_violation};
 
-/// Who exercises the setup privilege.
+/// The setup privilege, checked: the `writ admin` CLI (working on the
+/// database directly), or an admin's token with `write:admin`. Only
+/// [`Setup::api`] makes one from a token, so a use case that takes a
+/// `Setup` does not check again.
 #[derive(Debug, Clone, Copy)]
-pub enum Setup<'a> {
-    /// The `writ admin` CLI, working on the database directly.
-    Cli,
-    /// An admin user's token.
-    Api(&'a Caller),
-}
+pub struct Setup(());
 
-impl Setup<'_> {
-    /// Refuses unless this is the CLI or an admin token with `write:admin`.
-    pub fn check(&self) -> Result<()> {
-        match self {
-            Setup::Cli => Ok(()),
-            Setup::Api(caller) => caller.require_admin(Scope::WriteAdmin),
-        }
+impl Setup {
+    /// The CLI's privilege.
+    pub const CLI: Setup = Setup(());
+
+    /// The privilege of an admin's token with `write:admin`, or the refusal
+    /// (403 `forbidden` for a non-admin, `insufficient_scope` without the
+    /// scope).
+    pub fn api(caller: &Caller) -> Result<Setup> {
+        caller.require_admin(Scope::WriteAdmin)?;
+        Ok(Setup(()))
     }
 }
 
@@ -124,8 +125,7 @@ fn check_password(password: &str, min: usize) -> Result<()> {
 }
 
 /// Creates a user.
-pub async fn create_user(ctx: &Ctx, setup: Setup<'_>, input: NewUserInput) -> Result<UserView> {
-    setup.check()?;
+pub async fn create_user(ctx: &Ctx, _: Setup, input: NewUserInput) -> Result<UserView> {
     let login = Login::parse(&input.login).map_err(|e| Error::Invalid(e.to_string()))?;
     let is_admin = input.is_admin.unwrap_or(false);
     let password_hash = match (input.kind.as_str(), input.password) {
@@ -171,11 +171,10 @@ pub async fn create_user(ctx: &Ctx, setup: Setup<'_>, input: NewUserInput) -> Re
 /// Creates a token for a user; the text is returned this once.
 pub async fn create_token(
     ctx: &Ctx,
-    setup: Setup<'_>,
+    _: Setup,
     login: &str,
     input: NewTokenInput,
 ) -> Result<NewTokenView> {
-    setup.check()?;
     if input.name.trim().is_empty() || input.name.len() > 255 || input.name.contains('\0') {
         return Err(Error::Invalid("name must be 1-255 bytes".into()));
     }
@@ -220,8 +219,7 @@ pub async fn create_token(
 }
 
 /// Revokes a user's token.
-pub async fn revoke_token(ctx: &Ctx, setup: Setup<'_>, login: &str, token_id: i64) -> Result<()> {
-    setup.check()?;
+pub async fn revoke_token(ctx: &Ctx, _: Setup, login: &str, token_id: i64) -> Result<()> {
     let at = ctx.now().to_text();
     let mut tx = ctx.store.write().await?;
     let user = user_named(&mut tx, login).await?;
@@ -244,12 +242,7 @@ fn repo_view(r: &RepoRow) -> RepoAdminView {
 }
 
 /// Creates a repository owned by an existing user.
-pub async fn create_repo(
-    ctx: &Ctx,
-    setup: Setup<'_>,
-    input: NewRepoInput,
-) -> Result<RepoAdminView> {
-    setup.check()?;
+pub async fn create_repo(ctx: &Ctx, _: Setup, input: NewRepoInput) -> Result<RepoAdminView> {
     let name = RepoName::parse(&input.name).map_err(|e| Error::Invalid(e.to_string()))?;
     let at = ctx.now().to_text();
     let mut tx = ctx.store.write().await?;
@@ -278,13 +271,12 @@ pub async fn create_repo(
 /// Adds or changes a collaborator.
 pub async fn set_collaborator(
     ctx: &Ctx,
-    setup: Setup<'_>,
+    _: Setup,
     owner: &str,
     repo: &str,
     login: &str,
     input: CollaboratorInput,
 ) -> Result<()> {
-    setup.check()?;
     let permission = Permission::parse(&input.permission)
         .ok_or_else(|| Error::Invalid("permission must be read, write or admin".into()))?;
     let mut tx = ctx.store.write().await?;
@@ -300,12 +292,11 @@ pub async fn set_collaborator(
 /// Removes a collaborator.
 pub async fn remove_collaborator(
     ctx: &Ctx,
-    setup: Setup<'_>,
+    _: Setup,
     owner: &str,
     repo: &str,
     login: &str,
 ) -> Result<()> {
-    setup.check()?;
     let mut tx = ctx.store.write().await?;
     let repo = repos::repo_by_name(&mut tx, owner, repo)
         .await?
@@ -322,7 +313,7 @@ pub async fn remove_collaborator(
 pub async fn bootstrap(ctx: &Ctx, login: &str, password: Option<&str>) -> Result<String> {
     create_user(
         ctx,
-        Setup::Cli,
+        Setup::CLI,
         NewUserInput {
             login: login.to_owned(),
             kind: "human".into(),
@@ -333,7 +324,7 @@ pub async fn bootstrap(ctx: &Ctx, login: &str, password: Option<&str>) -> Result
     .await?;
     let token = create_token(
         ctx,
-        Setup::Cli,
+        Setup::CLI,
         login,
         NewTokenInput {
             name: "bootstrap".into(),

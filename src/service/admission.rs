@@ -15,7 +15,6 @@ use crate::domain::admission::decide::{Decision, Inputs, McpHealth, Status, eval
 use crate::domain::admission::fs_context::{FsChange, FsHistory};
 use crate::domain::ids::GrantId;
 use crate::domain::proposal::{McpRequirement, Proposal, sha256_hex};
-use crate::domain::scope::Scope;
 use crate::store::Tx;
 use crate::store::admission::{self as store, EvaluationInputs, NewEvaluation};
 use crate::store::grants::GrantRow;
@@ -308,8 +307,6 @@ pub async fn preview(
     repo: &str,
     id: GrantId,
 ) -> Result<PackageView> {
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository])?;
     let mut tx = ctx.store.read().await?;
     let grant = locate(&mut tx, caller, owner, repo, id, false).await?;
     let package = preview_in(ctx, &mut tx, &grant).await?;

@@ -10,7 +10,6 @@ use super::{Ctx, Error, Result};
 use crate::domain::grant::{ConfirmOutcome, GrantFacts, GrantState, decide_confirm};
 use crate::domain::ids::{Digest, GrantId};
 use crate::domain::proposal::{SCHEMA, VERSION};
-use crate::domain::scope::Scope;
 use crate::domain::time::Timestamp;
 use crate::store::admission::EvaluationInputs;
 use crate::store::batch::run_local;
@@ -77,8 +76,6 @@ pub struct Page<T> {
 /// Lists the caller's grants on repositories it can read now and its token
 /// reaches, by id ascending.
 pub async fn list(ctx: &Ctx, caller: &Caller, params: &ListParams) -> Result<Page<GrantView>> {
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository])?;
     let mut tx = audit::open(ctx, caller, Access::Read).await?;
     let limited_ids = match &caller.reducer.repositories {
         Some(names) => Some(resolve_repo_ids(&mut tx, names).await?),
@@ -243,8 +240,6 @@ pub async fn get(
     repo: &str,
     id: GrantId,
 ) -> Result<GrantView> {
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository])?;
     let who = caller.clone();
     let route = (owner.to_owned(), repo.to_owned());
     let on_writer = audit::read_on_writer(ctx, caller, 200, move |tx| {
@@ -287,8 +282,6 @@ pub async fn confirm(
     id: GrantId,
     triple: &Triple,
 ) -> Result<GrantView> {
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
     let at = ctx.now();
     let mut tx = audit::open(ctx, caller, Access::Write).await?;
     let row = locate(&mut tx, caller, owner, repo, id, true).await?;

@@ -72,6 +72,13 @@ impl Caller {
         }
     }
 
+    /// The agent routes' and tools' guard: refuses a human's token
+    /// (`agent_only`), then a token without every scope in `needed`.
+    pub fn require_agent(&self, needed: &[Scope]) -> Result<()> {
+        self.require_bot()?;
+        self.require(needed)
+    }
+
     /// Refuses unless this is a site admin's token with `scope`.
     pub fn require_admin(&self, scope: Scope) -> Result<()> {
         if !self.is_admin {

@@ -39,11 +39,11 @@ pub async fn seed_if_empty(ctx: &Ctx) -> Result<Option<DemoInfo>> {
         password: pw.map(str::to_owned),
         is_admin: Some(is_admin),
     };
-    admin::create_user(ctx, Setup::Cli, human(login, Some(password), "human", true)).await?;
-    admin::create_user(ctx, Setup::Cli, human(bot, None, "bot", false)).await?;
+    admin::create_user(ctx, Setup::CLI, human(login, Some(password), "human", true)).await?;
+    admin::create_user(ctx, Setup::CLI, human(bot, None, "bot", false)).await?;
     let repo = admin::create_repo(
         ctx,
-        Setup::Cli,
+        Setup::CLI,
         NewRepoInput {
             owner: login.into(),
             name: "tiny-tracker".into(),
@@ -54,7 +54,7 @@ pub async fn seed_if_empty(ctx: &Ctx) -> Result<Option<DemoInfo>> {
     .await?;
     admin::set_collaborator(
         ctx,
-        Setup::Cli,
+        Setup::CLI,
         login,
         "tiny-tracker",
         bot,
@@ -65,7 +65,7 @@ pub async fn seed_if_empty(ctx: &Ctx) -> Result<Option<DemoInfo>> {
     .await?;
     let token = admin::create_token(
         ctx,
-        Setup::Cli,
+        Setup::CLI,
         bot,
         NewTokenInput {
             name: "demo".into(),
@@ -79,7 +79,7 @@ pub async fn seed_if_empty(ctx: &Ctx) -> Result<Option<DemoInfo>> {
     // grants (a call that names no repository needs a grant with no `repos`).
     super::policy::put(
         ctx,
-        Setup::Cli,
+        Setup::CLI,
         bot,
         super::policy::ToolGrantsInput {
             grants: vec![

@@ -8,7 +8,6 @@ use super::view::IssueView;
 use super::{Ctx, Error, Result};
 use crate::domain::access::Permission;
 use crate::domain::ids::parse_full_name;
-use crate::domain::scope::Scope;
 use crate::domain::text::check_title;
 use crate::store::Tx;
 use crate::store::issues::{self, NewIssue};
@@ -37,7 +36,6 @@ pub async fn get(
     repo: &str,
     index: i64,
 ) -> Result<IssueView> {
-    caller.require(&[Scope::ReadIssue])?;
     let mut tx = ctx.store.read().await?;
     let (repo, _) = reachable_repo(&mut tx, caller, owner, repo).await?;
     let issue = issues::issue_by_index(&mut tx, repo.id, index)
@@ -56,7 +54,6 @@ pub async fn list(
     page: u64,
     limit: u64,
 ) -> Result<(Vec<IssueView>, i64)> {
-    caller.require(&[Scope::ReadIssue])?;
     let mut tx = ctx.store.read().await?;
     let (repo, _) = reachable_repo(&mut tx, caller, owner, repo).await?;
     let (rows, total) =
@@ -77,7 +74,6 @@ pub async fn create(
     title: &str,
     body: &str,
 ) -> Result<IssueView> {
-    caller.require(&[Scope::WriteIssue])?;
     check_title(title).map_err(|m| Error::Invalid(m.to_owned()))?;
     let at = ctx.now().to_text();
     let mut tx = ctx.store.write().await?;
@@ -109,14 +105,7 @@ pub async fn create(
 
 /// Deletes an issue (setup privilege); its index is never reused and its
 /// receipts then read `issue_deleted`.
-pub async fn delete(
-    ctx: &Ctx,
-    setup: Setup<'_>,
-    owner: &str,
-    repo: &str,
-    index: i64,
-) -> Result<()> {
-    setup.check()?;
+pub async fn delete(ctx: &Ctx, _: Setup, owner: &str, repo: &str, index: i64) -> Result<()> {
     let mut tx = ctx.store.write().await?;
     let repo = repos::repo_by_name(&mut tx, owner, repo)
         .await?
@@ -133,13 +122,12 @@ pub async fn delete(
 /// index (setup privilege); its receipts then read `issue_binding_changed`.
 pub async fn transfer(
     ctx: &Ctx,
-    setup: Setup<'_>,
+    _: Setup,
     owner: &str,
     repo: &str,
     index: i64,
     to: &str,
 ) -> Result<IssueView> {
-    setup.check()?;
     let (to_owner, to_name) = parse_full_name(to)?;
     let mut tx = ctx.store.write().await?;
     let from = repos::repo_by_name(&mut tx, owner, repo)

@@ -11,7 +11,6 @@ use super::view::{GrantView, SubmissionView};
 use super::{Ctx, Error, Result};
 use crate::domain::grant::{Refusal, decide_submit};
 use crate::domain::ids::{GrantId, RequestKey};
-use crate::domain::scope::Scope;
 use crate::domain::submission::content_digest;
 use crate::domain::text::check_title;
 use crate::store::Tx;
@@ -81,8 +80,6 @@ pub async fn submit(
     id: GrantId,
     input: &SubmitInput,
 ) -> Result<Receipt> {
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
     let content = content_digest(input.triple.digest.as_str(), &input.title, &input.body);
     let mut tx = audit::open(ctx, caller, Access::Write).await?;
     let key = input.request_key.as_str();
@@ -329,8 +326,6 @@ pub async fn readback(
     id: GrantId,
     key: &RequestKey,
 ) -> Result<Receipt> {
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository, Scope::ReadIssue])?;
     let mut tx = audit::open(ctx, caller, Access::Read).await?;
     let grant = locate(&mut tx, caller, owner, repo, id, false).await?;
     let receipt = issues::submission_by_key(&mut tx, grant.id, key.as_str())

@@ -29,9 +29,9 @@ pub async fn create_user(
     body: Body,
 ) -> Result<(StatusCode, Json<UserView>), ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
-    Setup::Api(&caller).check()?;
+    let setup = Setup::api(&caller)?;
     let input: NewUserInput = strict_json(&headers, body).await?;
-    let user = admin::create_user(&ctx, Setup::Api(&caller), input).await?;
+    let user = admin::create_user(&ctx, setup, input).await?;
     Ok((StatusCode::CREATED, Json(user)))
 }
 
@@ -48,10 +48,10 @@ pub async fn create_token(
     body: Body,
 ) -> Result<Response, ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
-    Setup::Api(&caller).check()?;
+    let setup = Setup::api(&caller)?;
     let login = segments(path)?;
     let input: NewTokenInput = strict_json(&headers, body).await?;
-    let token = admin::create_token(&ctx, Setup::Api(&caller), &login, input).await?;
+    let token = admin::create_token(&ctx, setup, &login, input).await?;
     // The answer is the only copy of the secret: no cache may keep it.
     Ok((
         StatusCode::CREATED,
@@ -72,11 +72,11 @@ pub async fn revoke_token(
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
-    Setup::Api(&caller).check()?;
+    let setup = Setup::api(&caller)?;
     let (login, id) = segments(path)?;
     let id = parse_positive_i64(&id)
         .ok_or_else(|| Error::Invalid("token id must be a positive integer".into()))?;
-    admin::revoke_token(&ctx, Setup::Api(&caller), &login, id).await?;
+    admin::revoke_token(&ctx, setup, &login, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -91,9 +91,9 @@ pub async fn create_repo(
     body: Body,
 ) -> Result<(StatusCode, Json<RepoAdminView>), ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
-    Setup::Api(&caller).check()?;
+    let setup = Setup::api(&caller)?;
     let input: NewRepoInput = strict_json(&headers, body).await?;
-    let repo = admin::create_repo(&ctx, Setup::Api(&caller), input).await?;
+    let repo = admin::create_repo(&ctx, setup, input).await?;
     Ok((StatusCode::CREATED, Json(repo)))
 }
 
@@ -110,10 +110,10 @@ pub async fn put_collaborator(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
-    Setup::Api(&caller).check()?;
+    let setup = Setup::api(&caller)?;
     let (owner, repo, login) = segments(path)?;
     let input: CollaboratorInput = strict_json(&headers, body).await?;
-    admin::set_collaborator(&ctx, Setup::Api(&caller), &owner, &repo, &login, input).await?;
+    admin::set_collaborator(&ctx, setup, &owner, &repo, &login, input).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -128,9 +128,9 @@ pub async fn delete_collaborator(
     path: Result<Path<(String, String, String)>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
-    Setup::Api(&caller).check()?;
+    let setup = Setup::api(&caller)?;
     let (owner, repo, login) = segments(path)?;
-    admin::remove_collaborator(&ctx, Setup::Api(&caller), &owner, &repo, &login).await?;
+    admin::remove_collaborator(&ctx, setup, &owner, &repo, &login).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -202,11 +202,11 @@ pub async fn put_mcp_health(
     body: Body,
 ) -> Result<Json<crate::service::health::HealthView>, ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
-    Setup::Api(&caller).check()?;
+    let setup = Setup::api(&caller)?;
     let id = segments(path)?;
     let input = strict_json(&headers, body).await?;
     Ok(Json(
-        crate::service::health::set(&ctx, Setup::Api(&caller), &id, input, &caller.login).await?,
+        crate::service::health::set(&ctx, setup, &id, input, &caller.login).await?,
     ))
 }
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::{audit_call, body_names, call_args, segments};
+use super::{admit, body_names, call_args, segments};
 use crate::domain::ids::GrantId;
 use crate::domain::scope::Scope;
 use crate::domain::tools::Tool;
@@ -64,10 +64,8 @@ pub async fn list_grants(
     let names = form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
         .map(|(k, _)| k.into_owned());
     let args = call_args(&[], names);
-    audit_call(&ctx, &mut caller, Tool::List, &headers, &args)?;
     let result = async {
-        caller.require_bot()?;
-        caller.require(&[Scope::ReadRepository])?;
+        admit(&ctx, &mut caller, Tool::List, &headers, &args)?;
         let query = parse_list_query(
             query.as_deref(),
             u64::from(ctx.config.max_page_limit.max(1)),
@@ -96,15 +94,13 @@ pub async fn get_grant(
 ) -> Result<Json<GrantEnvelope>, ApiError> {
     let mut caller = api_caller_deferred(&ctx, &headers).await?;
     let result = async {
-        audit_call(
+        admit(
             &ctx,
             &mut caller,
             Tool::Get,
             &headers,
             &path_args(&path, None),
         )?;
-        caller.require_bot()?;
-        caller.require(&[Scope::ReadRepository])?;
         let (owner, repo, id) = segments(path)?;
         let id = GrantId::parse(&id)?;
         agent::get(&ctx, &caller, &owner, &repo, id).await
@@ -147,9 +143,7 @@ pub async fn confirm_grant(
     let bytes = read_body(&headers, body).await;
     let args = path_args(&path, bytes.as_deref().ok());
     let result = async {
-        audit_call(&ctx, &mut caller, Tool::Confirm, &headers, &args)?;
-        caller.require_bot()?;
-        caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
+        admit(&ctx, &mut caller, Tool::Confirm, &headers, &args)?;
         let (owner, repo, id) = segments(path)?;
         let id = GrantId::parse(&id)?;
         let body: ConfirmBody = parse_json(&bytes?)?;
@@ -178,8 +172,7 @@ pub async fn admission_preview(
     path: Result<Path<Triplet>, PathRejection>,
 ) -> Result<Json<crate::service::admission::PackageView>, ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
-    caller.require_bot()?;
-    caller.require(&[Scope::ReadRepository])?;
+    caller.require_agent(&[Scope::ReadRepository])?;
     let (owner, repo, id) = segments(path)?;
     let id = GrantId::parse(&id)?;
     Ok(Json(

@@ -139,9 +139,9 @@ pub async fn delete_issue(
     path: Result<Path<(String, String, String)>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
-    Setup::Api(&caller).check()?;
+    let setup = Setup::api(&caller)?;
     let (owner, repo, index) = segments(path)?;
-    issues::delete(&ctx, Setup::Api(&caller), &owner, &repo, index_of(&index)?).await?;
+    issues::delete(&ctx, setup, &owner, &repo, index_of(&index)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -159,11 +159,11 @@ pub async fn transfer_issue(
     body: Body,
 ) -> Result<Json<IssueView>, ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
-    Setup::Api(&caller).check()?;
+    let setup = Setup::api(&caller)?;
     let (owner, repo, index) = segments(path)?;
     let index = index_of(&index)?;
     let input: TransferBody = strict_json(&headers, body).await?;
     Ok(Json(
-        issues::transfer(&ctx, Setup::Api(&caller), &owner, &repo, index, &input.to).await?,
+        issues::transfer(&ctx, setup, &owner, &repo, index, &input.to).await?,
     ))
 }

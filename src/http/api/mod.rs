@@ -162,9 +162,12 @@ pub fn body_names(bytes: Option<&[u8]>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Prepares the audit record of a native agent-route call; the use case
-/// writes it in its transaction before anything else.
-pub fn audit_call(
+/// The one guard of an agent route, before its path and body are judged:
+/// prepares the call's audit record (the use case writes it with the
+/// operation's writes, `audit::finish` with a refusal), then refuses a
+/// human's token (`agent_only`) or a token without the tool's scopes.
+/// The use cases do not check again.
+pub fn admit(
     ctx: &crate::service::Ctx,
     caller: &mut crate::service::auth::Caller,
     tool: crate::domain::tools::Tool,
@@ -180,5 +183,6 @@ pub fn audit_call(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
     };
-    crate::service::audit::prepare_api(ctx, caller, tool, &call)
+    crate::service::audit::prepare_api(ctx, caller, tool, &call)?;
+    caller.require_agent(tool.scopes())
 }

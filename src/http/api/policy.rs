@@ -29,7 +29,7 @@ pub async fn get_tool_grants(
     let caller = api_caller(&ctx, &headers).await?;
     caller.require_admin(Scope::ReadAdmin)?;
     let login = segments(path)?;
-    Ok(Json(policy::get(&ctx, Setup::Api(&caller), &login).await?))
+    Ok(Json(policy::get(&ctx, &login).await?))
 }
 
 /// Replaces a bot's whole set of tool grants (`write:admin`).
@@ -45,10 +45,10 @@ pub async fn put_tool_grants(
     body: Body,
 ) -> Result<Json<ToolGrantsView>, ApiError> {
     let caller = api_caller(&ctx, &headers).await?;
-    Setup::Api(&caller).check()?;
+    let setup = Setup::api(&caller)?;
     let login = segments(path)?;
     let input: ToolGrantsInput = strict_json(&headers, body).await?;
     Ok(Json(
-        policy::put(&ctx, Setup::Api(&caller), &login, input, &caller.login).await?,
+        policy::put(&ctx, setup, &login, input, &caller.login).await?,
     ))
 }

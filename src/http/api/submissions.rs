@@ -11,9 +11,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::agent::path_args;
-use super::{audit_call, call_args, segments};
+use super::{admit, call_args, segments};
 use crate::domain::ids::{GrantId, RequestKey};
-use crate::domain::scope::Scope;
 use crate::domain::tools::Tool;
 use crate::http::auth::api_caller_deferred;
 use crate::http::error::{ApiError, ErrorBody};
@@ -123,9 +122,7 @@ pub async fn submit_work(
     let bytes = read_body(&headers, body).await;
     let args = path_args(&path, bytes.as_deref().ok());
     let result = async {
-        audit_call(&ctx, &mut caller, Tool::Submit, &headers, &args)?;
-        caller.require_bot()?;
-        caller.require(&[Scope::ReadRepository, Scope::WriteIssue])?;
+        admit(&ctx, &mut caller, Tool::Submit, &headers, &args)?;
         let (owner, repo, id) = segments(path)?;
         let id = GrantId::parse(&id)?;
         let input = parse_json::<SubmitBody>(&bytes?)?.into_input()?;
@@ -161,9 +158,7 @@ pub async fn read_submission(
         Err(_) => call_args(&[], []),
     };
     let result = async {
-        audit_call(&ctx, &mut caller, Tool::Readback, &headers, &args)?;
-        caller.require_bot()?;
-        caller.require(&[Scope::ReadRepository, Scope::ReadIssue])?;
+        admit(&ctx, &mut caller, Tool::Readback, &headers, &args)?;
         let (owner, repo, id, key) = segments(path)?;
         let id = GrantId::parse(&id)?;
         let key = RequestKey::parse(&key)?;
