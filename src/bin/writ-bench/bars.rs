@@ -1,6 +1,9 @@
-//! The speed bars of quality.md, judged from one run's rows.
+//! The speed bars of quality.md, judged from one run's rows against the
+//! sqlx baseline; each ratio is also reported against the fastest baseline
+//! of the engine, which the verdicts do not use.
 
-use crate::report::{BAR_BASELINE, BASELINE, Bar, Row};
+use crate::baseline::Kind;
+use crate::report::{BAR_BASELINE, BASELINE, Bar, Row, fastest, fine};
 
 fn find<'a>(rows: &'a [Row], scenario: &str, op: &str, n: usize) -> Option<&'a Row> {
     rows.iter()
@@ -23,6 +26,24 @@ pub fn judge(rows: &[Row], engine: &str, synchronous: &str, n: usize, grants: i6
         _ => None,
     };
     let sqlite_full = sqlite && synchronous.eq_ignore_ascii_case("full");
+    // Writ's row `w` against the fastest `kind` baseline of the bar group at N = `at`.
+    let vs_fastest = |w: Option<&Row>, kind: Kind, at: usize| -> Option<String> {
+        let (w, f) = (w?, fastest(rows, BAR_BASELINE, kind, at)?);
+        (f.per_s > 0.0).then(|| {
+            format!(
+                "{:.0}/s vs {} {:.0}/s at N={at}: {}×{}",
+                w.per_s,
+                f.driver.unwrap_or("?"),
+                f.per_s,
+                fine(w.per_s / f.per_s),
+                if sqlite {
+                    ""
+                } else {
+                    " (sqlx is PostgreSQL's only driver: the same baseline)"
+                }
+            )
+        })
+    };
     bars.push(match ratio(submit, base_1) {
         Some((w, b, x)) => Bar {
             bar: format!(
@@ -36,6 +57,7 @@ pub fn judge(rows: &[Row], engine: &str, synchronous: &str, n: usize, grants: i6
                     w / o.per_s
                 ))
             ),
+            vs_fastest: vs_fastest(submit, Kind::Submit, 1),
             holds: sqlite_full.then_some(x >= 0.5),
         },
         None => unmeasured("SQLite FULL, new submissions/s ≥ 0.5 × baseline at N=1"),
@@ -46,6 +68,7 @@ pub fn judge(rows: &[Row], engine: &str, synchronous: &str, n: usize, grants: i6
                 "PostgreSQL, {n} clients, new submissions/s ≥ 0.5 × baseline at the same concurrency"
             ),
             measured: format!("{w:.0}/s vs {b:.0}/s baseline at N={n}: {x:.2}×"),
+            vs_fastest: vs_fastest(submit, Kind::Submit, n),
             holds: (!sqlite).then_some(x >= 0.5),
         },
         None => unmeasured("PostgreSQL, new submissions/s ≥ 0.5 × baseline at the same N"),
@@ -63,6 +86,7 @@ pub fn judge(rows: &[Row], engine: &str, synchronous: &str, n: usize, grants: i6
                     m.p99_ms
                 ))
             ),
+            vs_fastest: None,
             holds: sqlite.then_some(r.p99_ms < 10.0),
         },
         None => unmeasured("submit p99 at 8 clients (SQLite) < 10 ms"),
@@ -77,6 +101,7 @@ pub fn judge(rows: &[Row], engine: &str, synchronous: &str, n: usize, grants: i6
                 find(rows, BAR_BASELINE, "grant read (SQL)", n)
                     .map_or("not run".to_owned(), |b| format!("{:.0}/s", b.per_s))
             ),
+            vs_fastest: vs_fastest(read, Kind::Read, n),
             holds: sqlite.then_some(r.per_s >= 20_000.0),
         },
         None => unmeasured("grant read, 8 clients, ≥ 20k/s on SQLite"),
@@ -96,6 +121,7 @@ pub fn judge(rows: &[Row], engine: &str, synchronous: &str, n: usize, grants: i6
                 )
             }
         }),
+        vs_fastest: None,
         holds: match peak {
             Some(p) if grants >= 100_000 => Some(p < 64.0),
             _ => None,
@@ -108,6 +134,90 @@ fn unmeasured(bar: &str) -> Bar {
     Bar {
         bar: bar.to_owned(),
         measured: "a row it needs was not run".to_owned(),
+        vs_fastest: None,
         holds: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baseline::Driver;
+    use crate::stats::Samples;
+
+    /// A row of `per_s` operations per second (over one second).
+    fn row(scenario: &str, n: usize, op: &str, per_s: usize) -> Row {
+        let samples = Samples {
+            latencies_us: vec![500; per_s],
+            ..Samples::default()
+        };
+        Row::new(scenario, n, op, samples, 1.0)
+    }
+
+    fn rows(with_rusqlite: bool) -> Vec<Row> {
+        let mut rows = vec![
+            row(BAR_BASELINE, 1, Kind::Submit.label(Driver::Sqlx), 100),
+            row(BAR_BASELINE, 8, Kind::Submit.label(Driver::Sqlx), 120),
+            row("submit only", 8, "new submit", 60),
+            row(BAR_BASELINE, 8, Kind::Read.label(Driver::Sqlx), 1000),
+            row("read only", 8, "grant read", 500),
+        ];
+        if with_rusqlite {
+            rows.push(row(
+                BAR_BASELINE,
+                1,
+                Kind::Submit.label(Driver::Rusqlite),
+                400,
+            ));
+            rows.push(row(
+                BAR_BASELINE,
+                8,
+                Kind::Submit.label(Driver::Rusqlite),
+                80,
+            ));
+            rows.push(row(
+                BAR_BASELINE,
+                8,
+                Kind::Read.label(Driver::Rusqlite),
+                10_000,
+            ));
+        }
+        rows
+    }
+
+    /// The verdicts are the sqlx baseline's; the fastest baseline of each
+    /// operation is only reported beside them.
+    #[test]
+    fn a_faster_baseline_is_reported_and_changes_no_verdict() {
+        let sqlx_only = judge(&rows(false), "sqlite", "full", 8, 0);
+        let both = judge(&rows(true), "sqlite", "full", 8, 0);
+        let verdicts = |bars: &[Bar]| bars.iter().map(|b| b.holds).collect::<Vec<_>>();
+        assert_eq!(verdicts(&sqlx_only), verdicts(&both));
+        assert_eq!(both[0].holds, Some(true), "60/s ≥ 0.5 × 100/s");
+        let measured = |bars: &[Bar]| bars.iter().map(|b| b.measured.clone()).collect::<Vec<_>>();
+        assert_eq!(measured(&sqlx_only), measured(&both));
+        let vs = |i: usize| both[i].vs_fastest.as_deref().unwrap_or("");
+        assert_eq!(vs(0), "60/s vs rusqlite 400/s at N=1: 0.15×");
+        // At N = 8 sqlx was the faster one: it is the fastest baseline.
+        assert_eq!(vs(1), "60/s vs sqlx 120/s at N=8: 0.50×");
+        assert_eq!(vs(3), "500/s vs rusqlite 10000/s at N=8: 0.050×");
+        assert_eq!(both[2].vs_fastest, None);
+        assert_eq!(
+            sqlx_only[0].vs_fastest.as_deref(),
+            Some("60/s vs sqlx 100/s at N=1: 0.60×")
+        );
+    }
+
+    /// On PostgreSQL the fastest baseline is sqlx's, and the bar says so.
+    #[test]
+    fn postgres_names_sqlx_as_its_only_driver() {
+        let bars = judge(&rows(false), "postgres", "full", 8, 0);
+        assert_eq!(bars[1].holds, Some(true), "60/s ≥ 0.5 × 120/s");
+        assert_eq!(
+            bars[1].vs_fastest.as_deref(),
+            Some(
+                "60/s vs sqlx 120/s at N=8: 0.50× (sqlx is PostgreSQL's only driver: the same baseline)"
+            )
+        );
     }
 }

@@ -5,14 +5,18 @@
 //!
 //! 1. the **baseline**: T_submit and a grant read issued straight to the
 //!    engine with sqlx (no HTTP, no Writ code), on a database migrated by
-//!    Writ's migrations, with Writ's durability settings ([`baseline`]);
+//!    Writ's migrations, with Writ's durability settings ([`baseline`]); on
+//!    SQLite the same again through rusqlite with cached prepared
+//!    statements ([`baseline_rusqlite`]);
 //! 2. a release `writ serve` on a fresh database, set up the way users do it
 //!    (admin CLI and API, browser forms, bot confirm; [`fixture`]) and driven
 //!    over HTTP by N keep-alive bot clients ([`load`]);
 //! 3. a table (stdout) and the same as JSON (`--json FILE`), with the
-//!    Writ/baseline ratios and which bars hold ([`report`], [`bars`]).
+//!    Writ/baseline ratios (against sqlx, which the bars are judged by, and
+//!    against the fastest baseline of the engine) and which bars hold
+//!    ([`report`], [`bars`]).
 //!
-//! Rows come in groups (per N: the two baselines and the mixed row; then the
+//! Rows come in groups (per N: the baselines and the mixed row; then the
 //! bar rows with their own baselines). Each row's time is cut into slices and
 //! the rows of a group take turns, so the noise of a shared machine falls on
 //! both sides of a ratio alike.
@@ -27,6 +31,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bars;
 mod baseline;
+mod baseline_rusqlite;
 mod bulk;
 mod fixture;
 mod load;
@@ -149,7 +154,7 @@ fn validate(args: &Args) -> anyhow::Result<()> {
 #[derive(Debug, Clone, Copy)]
 enum Job {
     /// A baseline row, straight to the engine.
-    Baseline(baseline::Kind, usize, &'static str),
+    Baseline(baseline::Kind, baseline::Driver, usize, &'static str),
     /// A server row: N bot clients with a mix.
     Writ(Mix, usize, &'static str),
 }
@@ -183,7 +188,7 @@ async fn run(args: &Args, target: &target::Target) -> anyhow::Result<bool> {
         server: &server,
         world: &mut world,
     };
-    for group in plan(args) {
+    for group in plan(args, target.engine) {
         let (rows, clean) = run.group(&group).await?;
         if !bench.push(rows) || !clean {
             return bench.finish(&mut server).await;
@@ -193,36 +198,39 @@ async fn run(args: &Args, target: &target::Target) -> anyhow::Result<bool> {
     bench.finish(&mut server).await
 }
 
-/// The groups of rows: per N of `--clients`, the two baselines and the mixed
-/// row; then the bar rows (submit only, read only) with their baselines.
+/// The groups of rows: per N of `--clients`, the baselines (T_submit and
+/// the grant read, through each driver of the engine) and the mixed row;
+/// then the bar rows (submit only, read only) with their baselines.
 /// Without a baseline, the baseline jobs are dropped.
-fn plan(args: &Args) -> Vec<Vec<Job>> {
-    use baseline::Kind::{Read, Submit};
+fn plan(args: &Args, engine: target::Engine) -> Vec<Vec<Job>> {
+    use baseline::Kind::{self, Read, Submit};
     use report::{BAR_BASELINE, BASELINE};
-    let keep = |jobs: Vec<Job>| -> Vec<Job> {
-        jobs.into_iter()
-            .filter(|j| !(args.no_baseline && matches!(j, Job::Baseline(..))))
+    let base = |kind: Kind, n: usize, scenario: &'static str| -> Vec<Job> {
+        if args.no_baseline {
+            return Vec::new();
+        }
+        baseline::Driver::on(engine)
+            .iter()
+            .map(|&d| Job::Baseline(kind, d, n, scenario))
             .collect()
     };
     let mut groups: Vec<Vec<Job>> = args
         .clients
         .iter()
         .map(|&n| {
-            keep(vec![
-                Job::Baseline(Submit, n, BASELINE),
-                Job::Baseline(Read, n, BASELINE),
-                Job::Writ(args.mix, n, "mix"),
-            ])
+            let mut jobs = base(Submit, n, BASELINE);
+            jobs.extend(base(Read, n, BASELINE));
+            jobs.push(Job::Writ(args.mix, n, "mix"));
+            jobs
         })
         .collect();
     let n = args.bar_clients;
-    groups.push(keep(vec![
-        Job::Baseline(Submit, 1, BAR_BASELINE),
-        Job::Baseline(Submit, n, BAR_BASELINE),
-        Job::Writ(Mix::SUBMIT, n, "submit only"),
-        Job::Baseline(Read, n, BAR_BASELINE),
-        Job::Writ(Mix::READ, n, "read only"),
-    ]));
+    let mut bar = base(Submit, 1, BAR_BASELINE);
+    bar.extend(base(Submit, n, BAR_BASELINE));
+    bar.push(Job::Writ(Mix::SUBMIT, n, "submit only"));
+    bar.extend(base(Read, n, BAR_BASELINE));
+    bar.push(Job::Writ(Mix::READ, n, "read only"));
+    groups.push(bar);
     groups
 }
 
@@ -252,8 +260,8 @@ impl Runner<'_> {
         'slices: for _ in 0..slices {
             for (job, acc) in jobs.iter().zip(acc.iter_mut()) {
                 let slice = match *job {
-                    Job::Baseline(kind, n, _) => match self.base {
-                        Some(base) => base.run(kind, n, window).await?,
+                    Job::Baseline(kind, driver, n, _) => match self.base {
+                        Some(base) => base.run(kind, driver, n, window).await?,
                         None => continue,
                     },
                     Job::Writ(mix, n, _) => {
@@ -273,7 +281,7 @@ impl Runner<'_> {
                 continue;
             }
             let (n, scenario) = match *job {
-                Job::Baseline(_, n, s) | Job::Writ(_, n, s) => (n, s),
+                Job::Baseline(_, _, n, s) | Job::Writ(_, n, s) => (n, s),
             };
             rows.extend(report::Row::from_slice(scenario, n, slice));
         }
@@ -283,7 +291,7 @@ impl Runner<'_> {
 
 fn describe(job: &Job) -> String {
     match job {
-        Job::Baseline(kind, n, s) => format!("{s} {} N={n}", kind.label()),
+        Job::Baseline(kind, driver, n, s) => format!("{s} {} N={n}", kind.label(*driver)),
         Job::Writ(mix, n, s) => format!("writ {s} N={n} ({mix})"),
     }
 }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::Args;
+use crate::baseline::{Driver, Kind};
 use crate::fixture::World;
 use crate::server::Server;
 use crate::stats::{self, Samples, Slice};
@@ -17,9 +18,13 @@ pub struct Row {
     pub scenario: String,
     /// Concurrent clients.
     pub clients: usize,
-    /// `T_submit`, `grant read (SQL)`, `new submit`, `replay`, `grant read`,
+    /// `T_submit`, `grant read (SQL)` (sqlx), `T_submit (rusqlite)`,
+    /// `grant read (rusqlite)`, `new submit`, `replay`, `grant read`,
     /// `list page`, `all`.
     pub op: String,
+    /// The baseline's driver (`sqlx`, `rusqlite`); none on Writ's rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver: Option<&'static str>,
     /// Measured successes.
     pub requests: usize,
     /// Unexpected outcomes (any status but the expected one, transport or
@@ -43,10 +48,17 @@ pub struct Row {
     pub server_cpu_pct: Option<f64>,
     /// Machine busy over the measured window, % of all cores.
     pub host_cpu_pct: Option<f64>,
-    /// The baseline at the same N this row compares with.
+    /// The sqlx baseline at the same N this row compares with (the bars').
     pub baseline_per_s: Option<f64>,
     /// per_s / baseline_per_s.
     pub ratio: Option<f64>,
+    /// Driver of the fastest baseline of the engine at the same N (on
+    /// PostgreSQL always `sqlx`, its only driver).
+    pub fastest_baseline: Option<&'static str>,
+    /// The fastest baseline's rate.
+    pub fastest_baseline_per_s: Option<f64>,
+    /// per_s / fastest_baseline_per_s.
+    pub fastest_ratio: Option<f64>,
     /// The first unexpected outcomes.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub error_samples: Vec<String>,
@@ -60,6 +72,7 @@ impl Row {
             scenario: scenario.to_owned(),
             clients,
             op: op.to_owned(),
+            driver: Kind::of_label(op).map(|(_, d)| d.name()),
             requests: s.latencies_us.len(),
             errors: s.errors,
             seconds,
@@ -73,6 +86,9 @@ impl Row {
             host_cpu_pct: None,
             baseline_per_s: None,
             ratio: None,
+            fastest_baseline: None,
+            fastest_baseline_per_s: None,
+            fastest_ratio: None,
             error_samples: s.error_samples,
         }
     }
@@ -117,6 +133,25 @@ impl Row {
     }
 }
 
+/// Two decimals, three below 0.1 (a rusqlite read takes a few µs; a ratio
+/// to it can be a few thousandths).
+pub fn fine(v: f64) -> String {
+    if v.abs() < 0.1 {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// The fastest baseline row of `kind` in `scenario` at `n` clients, over
+/// every driver that ran.
+pub fn fastest<'a>(rows: &'a [Row], scenario: &str, kind: Kind, n: usize) -> Option<&'a Row> {
+    rows.iter()
+        .filter(|r| r.scenario == scenario && r.clients == n)
+        .filter(|r| Driver::ALL.iter().any(|&d| r.op == kind.label(d)))
+        .max_by(|a, b| a.per_s.total_cmp(&b.per_s))
+}
+
 /// Scenario of the baseline rows interleaved with the mixed rows.
 pub const BASELINE: &str = "baseline";
 /// Scenario of the baseline rows interleaved with the bar rows.
@@ -127,8 +162,12 @@ pub const BAR_BASELINE: &str = "bar baseline";
 pub struct Bar {
     /// The bar as quality.md states it.
     pub bar: String,
-    /// What was measured.
+    /// What was measured (against the sqlx baseline, as the bar is judged).
     pub measured: String,
+    /// The same Writ figure against the fastest baseline of the engine,
+    /// for the record (the verdict does not use it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_fastest: Option<String>,
     /// None when this run cannot judge it.
     pub holds: Option<bool>,
 }
@@ -156,6 +195,8 @@ pub struct Bench {
     pub cpus: usize,
     /// 1-minute load average before and after.
     pub loadavg: [Option<f64>; 2],
+    /// The drivers the baseline ran through (`sqlx`; on SQLite also `rusqlite`).
+    pub baseline_drivers: Vec<&'static str>,
     /// Every row in run order.
     pub rows: Vec<Row>,
     /// The bars.
@@ -187,6 +228,11 @@ impl Bench {
             grants: 0,
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
             loadavg: [stats::loadavg(), None],
+            baseline_drivers: if args.no_baseline {
+                Vec::new()
+            } else {
+                Driver::on(target.engine).iter().map(|d| d.name()).collect()
+            },
             rows: Vec::new(),
             bars: Vec::new(),
             problems: Vec::new(),
@@ -208,8 +254,14 @@ impl Bench {
                 ));
             }
             eprintln!(
-                "writ-bench:   {:<12} N={:<3} {:<16} {:>8.0}/s  p50 {:.2} ms  p99 {:.2} ms  errors {}",
-                row.scenario, row.clients, row.op, row.per_s, row.p50_ms, row.p99_ms, row.errors
+                "writ-bench:   {:<12} N={:<3} {:<21} {:>8.0}/s  p50 {} ms  p99 {} ms  errors {}",
+                row.scenario,
+                row.clients,
+                row.op,
+                row.per_s,
+                fine(row.p50_ms),
+                fine(row.p99_ms),
+                row.errors
             );
             self.rows.push(row);
         }
@@ -276,24 +328,46 @@ impl Bench {
         Ok(self.problems.is_empty())
     }
 
-    /// Writ rows against the baseline at the same N: submissions against
-    /// T_submit, grant reads against the SQL read.
+    /// Writ rows against the baselines at the same N (submissions against
+    /// T_submit, grant reads against the grant read): the sqlx one, and the
+    /// fastest of every driver that ran.
     fn ratios(&mut self) {
-        let baseline = |rows: &[Row], scenario: &str, op: &str, n: usize| {
-            rows.iter()
-                .find(|r| r.scenario == scenario && r.op == op && r.clients == n)
-                .map(|r| r.per_s)
-        };
         let snapshot = self.rows.clone();
         for row in self.rows.iter_mut().filter(|r| !r.is_baseline()) {
             let scenario = row.baseline_scenario();
-            let base = match row.op.as_str() {
-                "new submit" => baseline(&snapshot, scenario, "T_submit", row.clients),
-                "grant read" => baseline(&snapshot, scenario, "grant read (SQL)", row.clients),
-                _ => None,
+            let kind = match row.op.as_str() {
+                "new submit" => Kind::Submit,
+                "grant read" => Kind::Read,
+                _ => continue,
             };
+            let sqlx = kind.label(Driver::Sqlx);
+            let base = snapshot
+                .iter()
+                .find(|r| r.scenario == scenario && r.op == sqlx && r.clients == row.clients)
+                .map(|r| r.per_s);
             row.baseline_per_s = base;
             row.ratio = base.filter(|b| *b > 0.0).map(|b| row.per_s / b);
+            if let Some(f) = fastest(&snapshot, scenario, kind, row.clients) {
+                row.fastest_baseline = f.driver;
+                row.fastest_baseline_per_s = Some(f.per_s);
+                row.fastest_ratio = (f.per_s > 0.0).then(|| row.per_s / f.per_s);
+            }
+        }
+    }
+
+    /// What "fastest baseline" means in this run.
+    fn fastest_note(&self) -> &'static str {
+        match self.baseline_drivers.as_slice() {
+            [] => "No baseline ran.",
+            ["sqlx"] => {
+                "Baseline: sqlx only (PostgreSQL has no other driver here), so the fastest \
+                 baseline is the sqlx one; the bars are judged against it."
+            }
+            _ => {
+                "Baselines: sqlx (`T_submit`, `grant read (SQL)`) and rusqlite with cached \
+                 prepared statements (`… (rusqlite)`). \"fastest baseline\" is the faster of \
+                 the two in the same group at the same N; the bars are judged against sqlx."
+            }
         }
     }
 
@@ -313,38 +387,47 @@ impl Bench {
             self.loadavg[0].unwrap_or(f64::NAN),
             self.loadavg[1].unwrap_or(f64::NAN)
         );
-        out += "| scenario | N | operation | ok | errors | per s | p50 ms | p95 ms | p99 ms | server RSS MiB | server CPU % | host busy % | baseline /s | Writ / baseline |\n";
-        out += "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        out += "| scenario | N | operation | ok | errors | per s | p50 ms | p95 ms | p99 ms | server RSS MiB | server CPU % | host busy % | baseline /s | Writ / baseline | fastest baseline /s | Writ / fastest |\n";
+        out += "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let opt =
             |v: Option<f64>, digits: usize| v.map_or("".to_owned(), |v| format!("{v:.digits$}"));
+        let ratio = |x: Option<f64>| x.map_or("".to_owned(), |x| format!("{}×", fine(x)));
         for r in &self.rows {
+            let fastest = match (r.fastest_baseline_per_s, r.fastest_baseline) {
+                (Some(v), Some(d)) => format!("{v:.0} {d}"),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.scenario,
                 r.clients,
                 r.op,
                 r.requests,
                 r.errors,
                 r.per_s,
-                r.p50_ms,
-                r.p95_ms,
-                r.p99_ms,
+                fine(r.p50_ms),
+                fine(r.p95_ms),
+                fine(r.p99_ms),
                 opt(r.server_rss_peak_mib, 1),
                 opt(r.server_cpu_pct, 0),
                 opt(r.host_cpu_pct, 0),
                 opt(r.baseline_per_s, 0),
-                r.ratio.map_or("".to_owned(), |x| format!("{x:.2}×")),
+                ratio(r.ratio),
+                fastest,
+                ratio(r.fastest_ratio),
             );
         }
-        out += "\n### Bars\n\n| bar | measured | holds? |\n| --- | --- | --- |\n";
+        let _ = writeln!(out, "\n{}", self.fastest_note());
+        out += "\n### Bars\n\n| bar | measured (sqlx baseline) | vs fastest baseline | holds? |\n| --- | --- | --- | --- |\n";
         for b in &self.bars {
             let holds = match b.holds {
                 Some(true) => "**yes**",
                 Some(false) => "**NO**",
                 None => "not judged",
             };
-            let _ = writeln!(out, "| {} | {} | {holds} |", b.bar, b.measured);
+            let vs = b.vs_fastest.as_deref().unwrap_or("");
+            let _ = writeln!(out, "| {} | {} | {vs} | {holds} |", b.bar, b.measured);
         }
         if !self.problems.is_empty() {
             let _ = writeln!(out, "\n### Problems\n");
