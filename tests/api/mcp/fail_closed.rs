@@ -174,10 +174,9 @@ async fn an_unwritable_audit_refuses_the_call(app: TestApp) {
     assert_eq!(world.all_issues().await.len(), 1);
 }
 
-// Product bug (see the message): the native agent routes answer an
-// unwritable audit with a generic 500 `internal`, not the 503
-// `audit_unavailable` that `service::Error::AuditUnavailable` defines and
-// that `/mcp` answers for the same failure.
+// The native agent routes answer an unwritable audit as `/mcp` does: 503
+// `audit_unavailable` (`service::Error::AuditUnavailable`), never a
+// generic 500 `internal`.
 both_backends!(native_routes_answer_503_when_the_audit_is_unwritable);
 async fn native_routes_answer_503_when_the_audit_is_unwritable(app: TestApp) {
     let world = World::new(&app).await;
@@ -207,9 +206,7 @@ async fn native_routes_answer_503_when_the_audit_is_unwritable(app: TestApp) {
         assert_eq!(
             (resp.status.as_u16(), resp.code().as_str()),
             (503, "audit_unavailable"),
-            "{route}: the native route hides the audit failure behind a generic \
-             internal error (src/http/error.rs marks AuditUnavailable as an InternalError, \
-             and log_internal_errors in src/http/mod.rs rewrites the answer to 500): {}",
+            "{route}: an unwritable audit must be 503 audit_unavailable, as on /mcp: {}",
             resp.body
         );
     }
