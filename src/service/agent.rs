@@ -76,7 +76,7 @@ pub struct Page<T> {
 /// Lists the caller's grants on repositories it can read now and its token
 /// reaches, by id ascending.
 pub async fn list(ctx: &Ctx, caller: &Caller, params: &ListParams) -> Result<Page<GrantView>> {
-    let mut tx = audit::open(ctx, caller, Access::Read).await?;
+    let mut tx = audit::begin(ctx, caller, Access::Read).await?;
     let limited_ids = match &caller.reducer.repositories {
         Some(names) => Some(resolve_repo_ids(&mut tx, names).await?),
         None => None,
@@ -93,8 +93,7 @@ pub async fn list(ctx: &Ctx, caller: &Caller, params: &ListParams) -> Result<Pag
     let count = grant_pages::count_grants(&mut tx, &filter).await?;
     let offset = (params.page - 1).saturating_mul(params.limit);
     let rows = grant_pages::list_page(&mut tx, &filter, &count, params.limit, offset).await?;
-    audit::complete_in(ctx, &mut tx, caller, 200, None).await?;
-    audit::commit(ctx, tx, caller).await?;
+    tx.commit_ok(ctx).await?;
     let items = rows
         .iter()
         .map(GrantView::from_row)
@@ -252,10 +251,9 @@ pub async fn get(
     if let Some(row) = on_writer.await {
         return Ok(GrantView::from_row(&row?)?);
     }
-    let mut tx = audit::open(ctx, caller, Access::ReadOne).await?;
+    let mut tx = audit::begin(ctx, caller, Access::ReadOne).await?;
     let row = locate(&mut tx, caller, owner, repo, id, false).await?;
-    audit::complete_in(ctx, &mut tx, caller, 200, None).await?;
-    audit::commit(ctx, tx, caller).await?;
+    tx.commit_ok(ctx).await?;
     Ok(GrantView::from_row(&row)?)
 }
 
@@ -283,13 +281,12 @@ pub async fn confirm(
     triple: &Triple,
 ) -> Result<GrantView> {
     let at = ctx.now();
-    let mut tx = audit::open(ctx, caller, Access::Write).await?;
+    let mut tx = audit::begin(ctx, caller, Access::Write).await?;
     let row = locate(&mut tx, caller, owner, repo, id, true).await?;
     match decide_confirm(&facts(&row)?, &triple.digest, at) {
         Err(refusal) => Err(Error::refused(refusal, GrantView::from_row(&row)?)),
         Ok(ConfirmOutcome::AlreadyConfirmed) => {
-            audit::complete_in(ctx, &mut tx, caller, 200, None).await?;
-            audit::commit(ctx, tx, caller).await?;
+            tx.commit_ok(ctx).await?;
             Ok(GrantView::from_row(&row)?)
         }
         Ok(ConfirmOutcome::Transition) => {
@@ -330,8 +327,7 @@ pub async fn confirm(
             let updated = grants::grant_by_id(&mut tx, row.id)
                 .await?
                 .ok_or(Error::NotFound)?;
-            audit::complete_in(ctx, &mut tx, caller, 200, None).await?;
-            audit::commit(ctx, tx, caller).await?;
+            tx.commit_ok(ctx).await?;
             Ok(GrantView::from_row(&updated)?)
         }
     }

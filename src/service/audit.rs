@@ -2,35 +2,28 @@
 //! routes). Every call has one record; only argument names are recorded,
 //! never values.
 //!
-//! A native agent-route call's record is written by the use case itself,
-//! in its own transaction ([`open`]), once, whole, with its outcome
-//! ([`complete_in`], or the use case's last statement through
-//! [`outcome_target`]), and committed with the operation's writes
-//! ([`commit`]): one commit per call, one row write per record, and no
-//! answer, not even a read's, leaves before its record is committed. The
-//! record and the operation commit together or not at all, so if the
-//! record cannot be written nothing the operation did stays (503, fail
-//! closed). If the operation refuses (its transaction rolls back), [`finish`]
-//! writes the record with the refusal as its outcome on its own.
+//! A call's record rides on its [`Caller`] (prepared by [`prepare_api`],
+//! or committed with its tool decision by [`begin_mcp`]). The use case
+//! opens an [`AuditedTx`] with [`begin`], writes through it, and commits it
+//! with the call's outcome ([`AuditedTx::commit_ok`],
+//! [`AuditedTx::commit_answer`]): the record, with that outcome, is written
+//! in the same transaction as the operation's writes (for an MCP call,
+//! the outcome is added to its decision's record), so both commit or
+//! neither does, and if the record cannot be written nothing the operation
+//! did stays (503, fail closed). A call refused before or during its
+//! transaction (which then rolls back) is recorded by [`finish`], in a
+//! transaction of its own, before the answer leaves.
 //!
-//! A call that only reads changes nothing for its record to guard, so it
-//! reads first, outside any write transaction ([`Access::Read`],
-//! [`Access::ReadOne`]), and its record is then appended whole, with the
-//! outcome, and committed before the answer leaves (`store::audit::
-//! append_call`: on SQLite with group commit, one insert and one commit
-//! for every record queued together, beside the writers' batches). If that
-//! fails the read's answer is refused (503), as before.
-//!
-//! On SQLite, a read with one snapshot, such as a grant read, runs on the
-//! group-commit writer's own thread and connection instead
-//! ([`read_on_writer`]): its record joins the writer's next commit and the
-//! answer comes back after it, in one hand-off.
-//!
-//! An MCP `tools/call` is first decided against the agent's tool grants,
-//! and the decision's record committed with it ([`begin_mcp`]); an allowed
-//! call's outcome is then added in the operation's transaction, as above.
+//! Three measured shortcuts keep this shape (each has its decision record):
+//! a read writes no transaction of its own for its record, which is
+//! appended after the read and committed before the answer
+//! (`store::audit::append_call`, ADR 0006 and 0017); a new submission's
+//! record is written by the handoff statement itself
+//! ([`AuditedTx::outcome_target`], ADR 0009); and on SQLite a grant read
+//! runs on the group-commit writer's thread ([`read_on_writer`], ADR 0024).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::auth::Caller;
 use super::policy::{self, Check};
@@ -90,74 +83,28 @@ pub enum Access {
 #[derive(Debug)]
 pub struct Record {
     call: NewCall,
-    state: Mutex<State>,
-    /// While the call reads: its record announced to the store (see
-    /// `store::audit::expect_call`), until appended.
-    expected: Mutex<Option<crate::store::batch::Expected>>,
-}
-
-/// Where a record stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Not written, no transaction holds it.
-    Pending,
-    /// Not written, in an open transaction that writes it whole, with its
-    /// outcome (see [`open`]).
-    Deferred,
-    /// Not written, while the call reads; appended at [`commit`].
-    Reading,
-    /// The read is done with this outcome; the record is appended at
-    /// [`commit`].
-    Read(u16, Option<&'static str>),
-    /// Committed before (an MCP decision), in an open transaction that adds
-    /// its outcome.
-    InTx(i64),
-    /// Its outcome is written in an open transaction: the record with it,
-    /// or (`Some(id)`) added to the record committed before.
-    Completed(Option<i64>),
-    /// Committed without its outcome (an MCP decision).
-    Committed(i64),
-    /// Committed with its outcome.
-    Done,
-}
-
-impl State {
-    /// The state once the open transaction wrote the outcome (`None` when
-    /// no transaction of this call is open).
-    fn completed(self) -> Option<State> {
-        match self {
-            State::Deferred => Some(State::Completed(None)),
-            State::InTx(id) => Some(State::Completed(Some(id))),
-            _ => None,
-        }
-    }
+    /// The id of the record committed with its MCP decision (its outcome is
+    /// added later); `None` for a record not written yet.
+    decided: Option<i64>,
+    /// Set once the record with its outcome is committed.
+    done: AtomicBool,
 }
 
 impl Record {
-    fn get(&self) -> State {
-        *self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn new(call: NewCall, decided: Option<i64>) -> Arc<Record> {
+        Arc::new(Record {
+            call,
+            decided,
+            done: AtomicBool::new(false),
+        })
     }
 
-    fn set(&self, state: State) {
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+    fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
     }
 
-    fn set_expected(&self, expected: Option<crate::store::batch::Expected>) {
-        *self.expected.lock().unwrap_or_else(|e| e.into_inner()) = expected;
-    }
-
-    /// The state once any transaction not committed through [`commit`] is
-    /// known to be gone (rolled back).
-    fn settled(&self) -> State {
-        let state = match self.get() {
-            State::Deferred | State::Completed(None) | State::Reading | State::Read(..) => {
-                State::Pending
-            }
-            State::InTx(id) | State::Completed(Some(id)) => State::Committed(id),
-            other => other,
-        };
-        self.set(state);
-        state
+    fn set_done(&self) {
+        self.done.store(true, Ordering::Release);
     }
 }
 
@@ -257,18 +204,14 @@ pub async fn begin_mcp(ctx: &Ctx, caller: &mut Caller, call: &CallInfo<'_>) -> R
         .map_err(fail_closed)?;
     tx.commit().await.map_err(fail_closed)?;
     if check.decision.is_allowed() {
-        caller.audit = Some(Arc::new(Record {
-            call: record,
-            state: Mutex::new(State::Committed(id)),
-            expected: Mutex::new(None),
-        }));
+        caller.audit = Some(Record::new(record, Some(id)));
     }
     Ok(check)
 }
 
 /// Prepares the record of a native agent-route call (the native routes have
 /// no tool policy: the decision is `allow`, reason `native_api`). Nothing is
-/// written yet: the use case writes it, whole, with its outcome (see [`open`]).
+/// written yet: the use case writes it, whole, with its outcome (see [`begin`]).
 pub fn prepare_api(ctx: &Ctx, caller: &mut Caller, tool: Tool, call: &CallInfo<'_>) -> Result<()> {
     let check = Check {
         repository: crate::domain::policy::resolve_repository(call.args),
@@ -281,41 +224,84 @@ pub fn prepare_api(ctx: &Ctx, caller: &mut Caller, tool: Tool, call: &CallInfo<'
         ..call.clone()
     };
     let record = new_call(ctx, caller, Via::Api, &call, &check)?;
-    caller.audit = Some(Arc::new(Record {
-        call: record,
-        state: Mutex::new(State::Pending),
-        expected: Mutex::new(None),
-    }));
+    caller.audit = Some(Record::new(record, None));
     Ok(())
 }
 
-/// Begins the transaction of a use case run for `caller`. For an audited
-/// call it is a write transaction (a consistent snapshot for reads) that
-/// will hold the call's record: written whole, with its outcome, by
-/// [`complete_in`] or by the statement [`outcome_target`] feeds (or, for an
-/// MCP call, whose record was committed before, completed there).
-/// Unaudited callers get a plain read or write transaction.
-pub async fn open(ctx: &Ctx, caller: &Caller, access: Access) -> Result<Tx> {
-    let audited = caller.audit.as_deref().map(|r| (r, r.settled()));
-    let Some((record, state)) = audited.filter(|(_, state)| *state != State::Done) else {
-        return plain(ctx, access).await;
+/// A use case's transaction, carrying where its caller's audit record
+/// goes; it derefs to the store's [`Tx`] for the use case's statements.
+/// [`AuditedTx::commit`] writes the record with the call's outcome in the
+/// same transaction as the operation's writes, so both commit or neither
+/// does; dropped, it rolls back and the record stays unwritten ([`finish`]
+/// records the refusal).
+pub struct AuditedTx<'c> {
+    tx: Tx,
+    record: Option<&'c Record>,
+    end: End,
+}
+
+/// Where the outcome of the call goes.
+enum End {
+    /// No record (an unaudited caller, or its record is committed already).
+    Nothing,
+    /// The record, whole with its outcome, inserted in this transaction.
+    Insert,
+    /// The outcome added, in this transaction, to the record committed with
+    /// its MCP decision.
+    Complete(i64),
+    /// A read: the record is appended whole once this transaction
+    /// committed (`store::audit::append_call`), announced to the SQLite
+    /// writer meanwhile (`store::audit::expect_call`).
+    Append(Option<crate::store::batch::Expected>),
+    /// A statement of the use case wrote the outcome ([`AuditedTx::outcome_target`]).
+    Written,
+}
+
+impl std::ops::Deref for AuditedTx<'_> {
+    type Target = Tx;
+    fn deref(&self) -> &Tx {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for AuditedTx<'_> {
+    fn deref_mut(&mut self) -> &mut Tx {
+        &mut self.tx
+    }
+}
+
+/// Begins the transaction of a use case run for `caller`. An audited
+/// call's transaction is a write transaction (a consistent snapshot for
+/// reads) that will hold its record, except a read whose record is not
+/// written yet: it reads in a read transaction and its record is appended
+/// after. Unaudited callers get a plain read or write transaction.
+pub async fn begin<'c>(ctx: &Ctx, caller: &'c Caller, access: Access) -> Result<AuditedTx<'c>> {
+    let Some(record) = caller.audit.as_deref().filter(|r| !r.is_done()) else {
+        return Ok(AuditedTx {
+            tx: plain(ctx, access).await?,
+            record: None,
+            end: End::Nothing,
+        });
     };
-    if access != Access::Write && state == State::Pending {
-        let tx = plain(ctx, access).await?;
-        record.set(State::Reading);
-        record.set_expected(store::expect_call(&ctx.store));
-        return Ok(tx);
-    }
-    let tx = match access {
-        Access::Read | Access::ReadOne => ctx.store.write_snapshot().await,
-        Access::Write => ctx.store.write().await,
-    }
-    .map_err(fail_closed)?;
-    record.set(match state {
-        State::Committed(id) => State::InTx(id),
-        _ => State::Deferred,
-    });
-    Ok(tx)
+    let (tx, end) = match (record.decided, access) {
+        (None, Access::Read | Access::ReadOne) => (
+            plain(ctx, access).await?,
+            End::Append(store::expect_call(&ctx.store)),
+        ),
+        (decided, access) => {
+            let tx = match access {
+                Access::Read | Access::ReadOne => ctx.store.write_snapshot().await,
+                Access::Write => ctx.store.write().await,
+            }
+            .map_err(fail_closed)?;
+            (tx, decided.map_or(End::Insert, End::Complete))
+        }
+    };
+    Ok(AuditedTx {
+        tx,
+        record: Some(record),
+        end,
+    })
 }
 
 /// A read or write transaction with no audit record in it.
@@ -327,65 +313,80 @@ async fn plain(ctx: &Ctx, access: Access) -> Result<Tx> {
     })
 }
 
-/// Writes the outcome of the caller's audited call inside the transaction
-/// [`open`] began: the record with it, or, for a record committed before,
-/// the outcome alone (a no-op for unaudited callers).
-pub async fn complete_in(
-    ctx: &Ctx,
-    tx: &mut Tx,
-    caller: &Caller,
-    status: u16,
-    code: Option<&'static str>,
-) -> Result<()> {
-    let Some(record) = caller.audit.as_deref() else {
-        return Ok(());
-    };
-    if record.get() == State::Reading {
-        record.set(State::Read(status, code));
-        return Ok(());
+impl<'c> AuditedTx<'c> {
+    /// Commits with the outcome of a success (`200`).
+    pub async fn commit_ok(self, ctx: &Ctx) -> Result<()> {
+        self.commit(ctx, 200, None).await
     }
-    let at = ctx.now().to_text();
-    let outcome = Outcome {
-        native_status: Some(status),
-        error_code: code,
-        at: &at,
-    };
-    let state = record.get();
-    let Some(completed) = state.completed() else {
-        return Ok(());
-    };
-    match state {
-        State::InTx(id) => store::complete_call(tx, id, outcome).await.map(drop),
-        _ => store::insert_call(tx, &record.call, Some(outcome))
-            .await
-            .map(drop),
+
+    /// Commits with the outcome of `answer`: `200`, or its refusal's status
+    /// and code (a refusal that keeps writes, such as a blocked handoff's
+    /// evaluation).
+    pub async fn commit_answer<T>(self, ctx: &Ctx, answer: &Result<T>) -> Result<()> {
+        match answer {
+            Ok(_) => self.commit(ctx, 200, None).await,
+            Err(e) => self.commit(ctx, e.status(), Some(e.code())).await,
+        }
     }
-    .map_err(fail_closed)?;
-    record.set(completed);
-    Ok(())
-}
 
-/// For a write that ends the call's record in its own statement (see
-/// `store::handoff::Handoff`): the record to write whole or to complete, if
-/// the caller is audited and its transaction is open, and the time. Call
-/// [`completed_in`] once that statement succeeded.
-pub fn outcome_target<'a>(ctx: &Ctx, caller: &'a Caller) -> Option<(CallEnd<'a>, String)> {
-    let record = caller.audit.as_deref()?;
-    let end = match record.get() {
-        State::Deferred => CallEnd::Insert(&record.call),
-        State::InTx(id) => CallEnd::Complete(id),
-        _ => return None,
-    };
-    Some((end, ctx.now().to_text()))
-}
+    /// Writes the call's record with this outcome (or adds the outcome to
+    /// its decision's record, or leaves it to the statement that wrote it)
+    /// and commits; a read's record is appended after. Once this returned
+    /// the record is durable.
+    pub async fn commit(self, ctx: &Ctx, status: u16, code: Option<&'static str>) -> Result<()> {
+        let AuditedTx {
+            mut tx,
+            record,
+            end,
+        } = self;
+        let Some(record) = record else {
+            tx.commit().await?;
+            return Ok(());
+        };
+        let at = ctx.now().to_text();
+        let outcome = Outcome {
+            native_status: Some(status),
+            error_code: code,
+            at: &at,
+        };
+        match &end {
+            End::Insert => store::insert_call(&mut tx, &record.call, Some(outcome))
+                .await
+                .map(drop),
+            End::Complete(id) => store::complete_call(&mut tx, *id, outcome).await.map(drop),
+            End::Append(_) | End::Written | End::Nothing => Ok(()),
+        }
+        .map_err(fail_closed)?;
+        tx.commit().await?;
+        if let End::Append(announced) = end {
+            let appended = append(ctx, record, status, code).await;
+            drop(announced);
+            appended?;
+        }
+        record.set_done();
+        Ok(())
+    }
 
-/// Marks the caller's record as completed inside the transaction (the
-/// statement [`outcome_target`] fed wrote it).
-pub fn completed_in(caller: &Caller) {
-    if let Some(record) = caller.audit.as_deref()
-        && let Some(completed) = record.get().completed()
-    {
-        record.set(completed);
+    /// For a write that ends the call's record in its own statement (see
+    /// `store::handoff::Handoff`): the record to write whole or to complete,
+    /// and the time; `None` when this transaction holds no record. Call
+    /// [`AuditedTx::outcome_written`] once that statement succeeded.
+    pub fn outcome_target(&self, ctx: &Ctx) -> Option<(CallEnd<'c>, String)> {
+        let record = self.record?;
+        let end = match self.end {
+            End::Insert => CallEnd::Insert(&record.call),
+            End::Complete(id) => CallEnd::Complete(id),
+            _ => return None,
+        };
+        Some((end, ctx.now().to_text()))
+    }
+
+    /// Notes that a statement of the use case wrote the outcome
+    /// ([`AuditedTx::outcome_target`]).
+    pub fn outcome_written(&mut self) {
+        if matches!(self.end, End::Insert | End::Complete(_)) {
+            self.end = End::Written;
+        }
     }
 }
 
@@ -421,42 +422,6 @@ pub async fn classify_failed_write(ctx: &Ctx, caller: &Caller, err: Error) -> Er
     }
 }
 
-/// Commits a transaction begun by [`open`]; from then on the caller's
-/// record is durable. A record the use case did not complete is written
-/// without its outcome first, so the operation's writes never commit
-/// without it ([`finish`] adds the outcome).
-pub async fn commit(ctx: &Ctx, mut tx: Tx, caller: &Caller) -> Result<()> {
-    let Some(record) = caller.audit.as_deref() else {
-        tx.commit().await?;
-        return Ok(());
-    };
-    let state = match record.get() {
-        State::Deferred => State::InTx(
-            store::insert_call(&mut tx, &record.call, None)
-                .await
-                .map_err(fail_closed)?,
-        ),
-        State::Reading => {
-            // Not completed: [`finish`] appends it with the outcome.
-            tx.commit().await?;
-            record.set(State::Pending);
-            return Ok(());
-        }
-        State::Read(status, code) => {
-            tx.commit().await?;
-            return append(ctx, record, status, code).await;
-        }
-        other => other,
-    };
-    tx.commit().await?;
-    match state {
-        State::InTx(id) => record.set(State::Committed(id)),
-        State::Completed(_) => record.set(State::Done),
-        _ => {}
-    }
-    Ok(())
-}
-
 /// Ends an audited call: when its outcome was not committed with the
 /// operation (a refusal rolled the operation back, the call failed before
 /// the operation began, or an MCP read), records it now, in a transaction
@@ -475,18 +440,17 @@ pub async fn finish<T>(ctx: &Ctx, caller: &Caller, result: Result<T>, ok_status:
     let Some(record) = caller.audit.as_deref() else {
         return result;
     };
-    let state = record.settled();
-    if state == State::Done {
+    if record.is_done() {
         return result;
     }
     let (status, code) = match &result {
         Ok(_) => (ok_status, None),
         Err(e) => (e.status(), Some(e.code())),
     };
-    if state == State::Pending {
+    let Some(id) = record.decided else {
         append(ctx, record, status, code).await?;
         return result;
-    }
+    };
     let at = ctx.now().to_text();
     let outcome = Outcome {
         native_status: Some(status),
@@ -494,15 +458,11 @@ pub async fn finish<T>(ctx: &Ctx, caller: &Caller, result: Result<T>, ok_status:
         at: &at,
     };
     let mut tx = ctx.store.write().await.map_err(fail_closed)?;
-    match state {
-        State::Committed(id) => store::complete_call(&mut tx, id, outcome).await.map(drop),
-        _ => store::insert_call(&mut tx, &record.call, Some(outcome))
-            .await
-            .map(drop),
-    }
-    .map_err(fail_closed)?;
+    store::complete_call(&mut tx, id, outcome)
+        .await
+        .map_err(fail_closed)?;
     tx.commit().await.map_err(fail_closed)?;
-    record.set(State::Done);
+    record.set_done();
     result
 }
 
@@ -512,8 +472,8 @@ pub async fn finish<T>(ctx: &Ctx, caller: &Caller, result: Result<T>, ok_status:
 /// `ok_status`, is committed before the answer comes back. A refusal comes
 /// back at once, with nothing written: [`finish`] records it as any
 /// refusal (after the token check). `None` when this does not apply
-/// (PostgreSQL, an unaudited caller, a record already written or in a
-/// transaction): use [`open`].
+/// (PostgreSQL, an unaudited caller, a record already written or committed
+/// with its MCP decision): use [`begin`].
 ///
 /// `read` runs on the writer's thread: it may only run statements on the
 /// transaction it is given, which complete at once (drive them with
@@ -526,7 +486,7 @@ pub async fn read_on_writer<T: Send + 'static>(
 ) -> Option<Result<T>> {
     let writer = ctx.store.writer()?;
     let record = caller.audit.as_deref()?;
-    if record.settled() != State::Pending {
+    if record.is_done() || record.decided.is_some() {
         return None;
     }
     let call = record.call.clone();
@@ -557,7 +517,7 @@ pub async fn read_on_writer<T: Send + 'static>(
         .await
         .unwrap_or_else(|_| Err(fail_closed(anyhow::anyhow!("the read was dropped unrun"))));
     if result.is_ok() {
-        record.set(State::Done);
+        record.set_done();
     }
     Some(result)
 }
@@ -571,9 +531,9 @@ async fn append(ctx: &Ctx, record: &Record, status: u16, code: Option<&'static s
         error_code: code,
         completed_at: ctx.now().to_text(),
     };
-    let appended = store::append_call(&ctx.store, finished).await;
-    record.set_expected(None);
-    appended.map_err(fail_closed)?;
-    record.set(State::Done);
+    store::append_call(&ctx.store, finished)
+        .await
+        .map_err(fail_closed)?;
+    record.set_done();
     Ok(())
 }

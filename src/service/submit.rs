@@ -5,7 +5,7 @@
 
 use super::admission::{self, PackageView, Phase};
 use super::agent::{Triple, facts, locate, locate_for_key};
-use super::audit::{self, Access};
+use super::audit::{self, Access, AuditedTx};
 use super::auth::Caller;
 use super::view::{GrantView, SubmissionView};
 use super::{Ctx, Error, Result};
@@ -13,7 +13,6 @@ use crate::domain::grant::{Refusal, decide_submit};
 use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::submission::content_digest;
 use crate::domain::text::check_title;
-use crate::store::Tx;
 use crate::store::admission::EvaluationInputs;
 use crate::store::audit::Outcome as CallOutcome;
 use crate::store::grants::GrantRow;
@@ -81,7 +80,7 @@ pub async fn submit(
     input: &SubmitInput,
 ) -> Result<Receipt> {
     let content = content_digest(input.triple.digest.as_str(), &input.title, &input.body);
-    let mut tx = audit::open(ctx, caller, Access::Write).await?;
+    let mut tx = audit::begin(ctx, caller, Access::Write).await?;
     let key = input.request_key.as_str();
     let located = locate_for_key(&mut tx, caller, owner, repo, id, key).await?;
     let (grant, used) = (located.grant, located.used);
@@ -89,8 +88,7 @@ pub async fn submit(
         && let Some(existing) = issues::submission_by_key(&mut tx, grant.id, key).await?
     {
         let answer = replay_or_conflict(&grant, existing, &content);
-        record(ctx, &mut tx, caller, &answer).await?;
-        audit::commit(ctx, tx, caller).await?;
+        tx.commit_answer(ctx, &answer).await?;
         return answer;
     }
     let created = create(
@@ -129,8 +127,7 @@ pub async fn submit(
                 GrantView::from_row(&grant)?,
                 blocked,
             ));
-            record(ctx, &mut tx, caller, &answer).await?;
-            audit::commit(ctx, tx, caller).await?;
+            tx.commit_answer(ctx, &answer).await?;
             return answer;
         }
         Ok(Created::Raced) => {
@@ -143,20 +140,12 @@ pub async fn submit(
             return Err(audit::classify_failed_write(ctx, caller, e).await);
         }
     };
-    audit::commit(ctx, tx, caller).await?;
+    tx.commit(ctx, 201, None).await?;
     Ok(Receipt {
         outcome: Outcome::Created,
         grant: GrantView::from_row(&row)?,
         submission: SubmissionView::from_row(&receipt),
     })
-}
-
-/// Adds the answer's outcome to the caller's audit record, in `tx`.
-async fn record(ctx: &Ctx, tx: &mut Tx, caller: &Caller, answer: &Result<Receipt>) -> Result<()> {
-    match answer {
-        Ok(_) => audit::complete_in(ctx, tx, caller, 200, None).await,
-        Err(e) => audit::complete_in(ctx, tx, caller, e.status(), Some(e.code())).await,
-    }
 }
 
 fn replay_or_conflict(grant: &GrantRow, existing: SubmissionRow, content: &str) -> Result<Receipt> {
@@ -183,14 +172,13 @@ async fn resolve_after_race(
     input: &SubmitInput,
     content: &str,
 ) -> Result<Receipt> {
-    let mut tx = audit::open(ctx, caller, Access::Write).await?;
+    let mut tx = audit::begin(ctx, caller, Access::Write).await?;
     let grant = locate(&mut tx, caller, owner, repo, id, false).await?;
     let existing = issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str())
         .await?
         .ok_or_else(|| Error::Internal(anyhow::anyhow!("unique violation without a receipt")))?;
     let answer = replay_or_conflict(&grant, existing, content);
-    record(ctx, &mut tx, caller, &answer).await?;
-    audit::commit(ctx, tx, caller).await?;
+    tx.commit_answer(ctx, &answer).await?;
     answer
 }
 
@@ -214,7 +202,7 @@ enum Created {
 /// answer is built from the values written here rather than read back.
 async fn create(
     ctx: &Ctx,
-    tx: &mut Tx,
+    tx: &mut AuditedTx<'_>,
     caller: &Caller,
     grant: &GrantRow,
     input: &SubmitInput,
@@ -237,7 +225,7 @@ async fn create(
     let full_name = format!("{}/{}", grant.repo_owner, grant.repo_name);
     let url_prefix = format!("{}/{full_name}/issues/", ctx.config.public_base());
     let count = grant.submission_count + 1;
-    let audit = audit::outcome_target(ctx, caller);
+    let audit = tx.outcome_target(ctx);
     let written = handoff::hand_off(
         tx,
         &Handoff {
@@ -268,9 +256,7 @@ async fn create(
         Err(e) if e.is_unique() => return Ok(Created::Raced),
         other => other?,
     };
-    if audit.is_some() {
-        audit::completed_in(caller);
-    }
+    tx.outcome_written();
     let HandedOff {
         evaluation_id,
         issue_id,
@@ -326,13 +312,12 @@ pub async fn readback(
     id: GrantId,
     key: &RequestKey,
 ) -> Result<Receipt> {
-    let mut tx = audit::open(ctx, caller, Access::Read).await?;
+    let mut tx = audit::begin(ctx, caller, Access::Read).await?;
     let grant = locate(&mut tx, caller, owner, repo, id, false).await?;
     let receipt = issues::submission_by_key(&mut tx, grant.id, key.as_str())
         .await?
         .ok_or(Error::NotFound)?;
-    audit::complete_in(ctx, &mut tx, caller, 200, None).await?;
-    audit::commit(ctx, tx, caller).await?;
+    tx.commit_ok(ctx).await?;
     Ok(Receipt {
         outcome: Outcome::Replayed,
         grant: GrantView::from_row(&grant)?,

@@ -212,68 +212,91 @@ async fn native_routes_answer_503_when_the_audit_is_unwritable(app: TestApp) {
     }
 }
 
-both_backends!(a_use_case_that_commits_without_its_outcome_still_leaves_its_record);
-async fn a_use_case_that_commits_without_its_outcome_still_leaves_its_record(app: TestApp) {
+both_backends!(an_audited_transaction_commits_its_record_with_the_outcome);
+async fn an_audited_transaction_commits_its_record_with_the_outcome(app: TestApp) {
     use writ::service::audit::{self, Access, CallInfo};
     use writ::service::auth::{Credential, authenticate};
 
-    // The safety net of `audit::commit`: a use case that commits its
-    // transaction without writing the call's outcome. Its writes must not
-    // commit without the record, so the record is written (no outcome)
-    // before `COMMIT`, and `audit::finish` adds the outcome afterwards.
+    // `audit::begin` → `AuditedTx::commit`: the record is written whole,
+    // with its outcome, in the transaction's own commit; `audit::finish`
+    // then writes nothing more. A transaction dropped uncommitted leaves no
+    // record, and `finish` records the refusal.
     let world = World::new(&app).await;
     let ctx = app.writ().ctx();
+    let records = |request_id: String| {
+        let app = &app;
+        async move {
+            audit_rows(app)
+                .await
+                .into_iter()
+                .filter(|r| col(r, "request_id") == Some(request_id.as_str()))
+                .collect::<Vec<Row>>()
+        }
+    };
+    for access in [Access::Write, Access::Read] {
+        let mut caller = authenticate(ctx, Credential::Token(&world.bot))
+            .await
+            .expect("the bot's token authenticates");
+        let mut args = serde_json::Map::new();
+        args.insert("owner".into(), json!(OWNER));
+        args.insert("repo".into(), json!(REPO));
+        let request_id = format!("audited-{}", new_key());
+        let call = CallInfo {
+            tool: "",
+            args: &args,
+            rpc_id: None,
+            request_id: Some(request_id.clone()),
+        };
+        audit::prepare_api(ctx, &mut caller, writ::domain::tools::Tool::List, &call)
+            .expect("prepared");
+        let dropped = audit::begin(ctx, &caller, access).await.expect("begun");
+        drop(dropped);
+        assert!(records(request_id.clone()).await.is_empty(), "{access:?}");
+
+        let tx = audit::begin(ctx, &caller, access).await.expect("begun");
+        tx.commit_ok(ctx).await.expect("commits with its record");
+        let written = records(request_id.clone()).await;
+        assert_eq!(written.len(), 1, "{access:?}: {written:?}");
+        assert_eq!(col(&written[0], "tool"), Some("list_agent_work_grants"));
+        assert_eq!(col(&written[0], "via"), Some("api"));
+        assert_eq!(col(&written[0], "decision"), Some("allow"));
+        assert_eq!(col(&written[0], "native_status"), Some("200"));
+        assert!(col(&written[0], "completed_at").is_some(), "{written:?}");
+
+        audit::finish(ctx, &caller, Ok::<(), writ::service::Error>(()), 200)
+            .await
+            .expect("nothing more to write");
+        assert_eq!(records(request_id.clone()).await.len(), 1, "{access:?}");
+    }
+
+    // Dropped, then refused: the refusal is the record.
     let mut caller = authenticate(ctx, Credential::Token(&world.bot))
         .await
         .expect("the bot's token authenticates");
-    let mut args = serde_json::Map::new();
-    args.insert("owner".into(), json!(OWNER));
-    args.insert("repo".into(), json!(REPO));
-    let request_id = format!("fallback-{}", new_key());
+    let args = serde_json::Map::new();
+    let request_id = format!("refused-{}", new_key());
     let call = CallInfo {
         tool: "",
         args: &args,
         rpc_id: None,
         request_id: Some(request_id.clone()),
     };
-    audit::prepare_api(ctx, &mut caller, writ::domain::tools::Tool::List, &call).expect("prepared");
-    let tx = audit::open(ctx, &caller, Access::Write)
-        .await
-        .expect("a transaction with the record in it");
-    audit::commit(ctx, tx, &caller)
-        .await
-        .expect("commits with the record written first");
-
-    // This test's records: the ones carrying its request id.
-    let records = || async {
-        audit_rows(&app)
+    audit::prepare_api(ctx, &mut caller, writ::domain::tools::Tool::Get, &call).expect("prepared");
+    drop(
+        audit::begin(ctx, &caller, Access::Write)
             .await
-            .into_iter()
-            .filter(|r| col(r, "request_id") == Some(request_id.as_str()))
-            .collect::<Vec<Row>>()
-    };
-    let written = records().await;
+            .expect("begun"),
+    );
+    let refused = audit::finish(
+        ctx,
+        &caller,
+        Err::<(), _>(writ::service::Error::NotFound),
+        200,
+    )
+    .await;
+    assert!(refused.is_err());
+    let written = records(request_id).await;
     assert_eq!(written.len(), 1, "{written:?}");
-    assert_eq!(col(&written[0], "tool"), Some("list_agent_work_grants"));
-    assert_eq!(col(&written[0], "via"), Some("api"));
-    assert_eq!(col(&written[0], "decision"), Some("allow"));
-    assert_eq!(
-        col(&written[0], "native_status"),
-        None,
-        "no outcome yet: {written:?}"
-    );
-    assert_eq!(
-        col(&written[0], "completed_at"),
-        None,
-        "no outcome yet: {written:?}"
-    );
-
-    // The call's end adds the outcome to that same record.
-    audit::finish(ctx, &caller, Ok::<(), writ::service::Error>(()), 200)
-        .await
-        .expect("the outcome is written");
-    let finished = records().await;
-    assert_eq!(finished.len(), 1, "still one record: {finished:?}");
-    assert_eq!(col(&finished[0], "native_status"), Some("200"));
-    assert!(col(&finished[0], "completed_at").is_some(), "{finished:?}");
+    assert_eq!(col(&written[0], "native_status"), Some("404"));
+    assert_eq!(col(&written[0], "error_code"), Some("not_found"));
 }
