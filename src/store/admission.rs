@@ -2,13 +2,13 @@
 //! context history, evaluations. Evaluations are never updated or deleted.
 
 use sea_query::{
-    Expr, ExprTrait, InsertStatement, OnConflict, Order, Query, SelectStatement, UnionType, Value,
+    Expr, ExprTrait, InsertStatement, OnConflict, Order, Query, SelectStatement, UnionType,
 };
 
 use super::schema::{
     AdmissionEvaluations, Catalogs, FsContextChanges, HealthSnapshots, McpHealth, Users,
 };
-use super::shape::{Shape, slot};
+use super::shape::{Args, Shape, slot};
 use super::{StoreError, StoreResult, Tx};
 
 /// Records a catalog version (once).
@@ -238,36 +238,34 @@ pub struct NewEvaluation<'a> {
 /// Persists an evaluation and returns its id.
 pub async fn insert_evaluation(tx: &mut Tx, e: NewEvaluation<'_>) -> StoreResult<i64> {
     static INSERT: Shape = Shape::new();
-    let q = INSERT.bind(tx.backend(), || evaluation_insert(0), evaluation_values(&e));
+    let q = INSERT.bind(tx.backend(), evaluation_insert, &evaluation_values(&e));
     Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
 }
 
-/// The values of an evaluation, in the slot order of [`evaluation_insert`]
-/// (its fields' order).
-pub(super) fn evaluation_values(e: &NewEvaluation<'_>) -> Vec<Value> {
+/// The values of an evaluation, by the slot names of [`evaluation_insert`].
+/// `grant_id`, `proposal_digest`, `actor_id` and `now` are the handoff's
+/// values of the same names (see `store::handoff`).
+pub(super) fn evaluation_values(e: &NewEvaluation<'_>) -> Args {
     vec![
-        e.grant_id.into(),
-        e.phase.into(),
-        e.status.into(),
-        e.retryable.into(),
-        e.blocked_count.into(),
-        e.warning_count.into(),
-        e.snapshot_id.into(),
-        e.catalog_version.into(),
-        e.filesystem_grant_id.into(),
-        e.proposal_digest.into(),
-        e.decisions.into(),
-        e.actor_id.into(),
-        e.now.into(),
+        ("grant_id", e.grant_id.into()),
+        ("phase", e.phase.into()),
+        ("status", e.status.into()),
+        ("retryable", e.retryable.into()),
+        ("blocked_count", e.blocked_count.into()),
+        ("warning_count", e.warning_count.into()),
+        ("snapshot_id", e.snapshot_id.into()),
+        ("catalog_version", e.catalog_version.into()),
+        ("filesystem_grant_id", e.filesystem_grant_id.into()),
+        ("proposal_digest", e.proposal_digest.into()),
+        ("decisions", e.decisions.into()),
+        ("actor_id", e.actor_id.into()),
+        ("now", e.now.into()),
     ]
 }
 
-/// How many values an evaluation has.
-pub(super) const EVALUATION_VALUES: usize = 13;
-
-/// The insert of an evaluation, its values in slots from `first` on (see
-/// [`evaluation_values`]), returning its id.
-pub(super) fn evaluation_insert(first: usize) -> InsertStatement {
+/// The insert of an evaluation, its values in the slots named by
+/// [`evaluation_values`], returning its id.
+pub(super) fn evaluation_insert() -> InsertStatement {
     use AdmissionEvaluations as A;
     Query::insert()
         .into_table(A::Table)
@@ -286,7 +284,24 @@ pub(super) fn evaluation_insert(first: usize) -> InsertStatement {
             A::ActorId,
             A::EvaluatedAt,
         ])
-        .values_panic((first..first + EVALUATION_VALUES).map(slot))
+        .values_panic(
+            [
+                "grant_id",
+                "phase",
+                "status",
+                "retryable",
+                "blocked_count",
+                "warning_count",
+                "snapshot_id",
+                "catalog_version",
+                "filesystem_grant_id",
+                "proposal_digest",
+                "decisions",
+                "actor_id",
+                "now",
+            ]
+            .map(slot),
+        )
         .returning_col(A::Id)
         .to_owned()
 }

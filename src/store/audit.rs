@@ -8,7 +8,7 @@ use sea_query::{
     Expr, ExprTrait, Iden, InsertStatement, Query, SubQueryStatement, UpdateStatement, Value,
 };
 
-use super::shape::{Bound, Shape, Statement, slot};
+use super::shape::{Args, Bound, Shape, Statement, slot};
 use super::{RecordDurability, Store, StoreResult, Tx};
 
 /// `tool_calls`
@@ -100,15 +100,14 @@ pub async fn insert_call(
     c: &NewCall,
     outcome: Option<Outcome<'_>>,
 ) -> StoreResult<i64> {
-    Ok(tx.fetch_one::<(i64,)>(&call_insert(c, outcome)).await?.0)
-}
-
-/// The insert of a call (see [`insert_call`]), returning its id.
-fn call_insert(c: &NewCall, outcome: Option<Outcome<'_>>) -> InsertStatement {
-    let mut q = calls_table();
-    q.values_panic(call_values(c, outcome))
-        .returning_col(ToolCalls::Id);
-    q
+    static INSERT: Shape = Shape::new();
+    let statement = || {
+        let mut q = calls_table();
+        q.values_panic(call_slots()).returning_col(ToolCalls::Id);
+        q
+    };
+    let q = INSERT.bind(tx.backend(), statement, &call_args(c, outcome));
+    Ok(tx.fetch_one::<(i64,)>(&q).await?.0)
 }
 
 /// A call whose outcome is known before its record is written: a call that
@@ -142,26 +141,10 @@ pub(super) fn record_insert(backend: super::Backend, f: &FinishedCall) -> Bound 
     static RECORD: Shape = Shape::new();
     let statement = || {
         let mut q = calls_table();
-        q.values_panic((0..CALL_COLUMNS).map(slot));
+        q.values_panic(call_slots());
         q
     };
-    RECORD.bind(backend, statement, record_values(f))
-}
-
-/// A finished call's values, in column order.
-fn record_values(f: &FinishedCall) -> Vec<Value> {
-    call_values(&f.call, Some(f.outcome()))
-        .into_iter()
-        .map(plain_value)
-        .collect()
-}
-
-/// The value of an expression that is one (a record's values all are).
-fn plain_value(e: Expr) -> Value {
-    match e {
-        Expr::Value(v) => v,
-        other => unreachable!("a record's values are plain values, not {other:?}"),
-    }
+    RECORD.bind(backend, statement, &call_args(&f.call, Some(f.outcome())))
 }
 
 /// Announces the record of a call that reads now and will
@@ -205,63 +188,76 @@ fn relaxed_record_insert(f: &FinishedCall) -> Bound {
         let mut relaxed = Query::select();
         relaxed.expr(Expr::cust("set_config('synchronous_commit', 'off', true)"));
         let mut values = Query::select();
-        values
-            .exprs((0..CALL_COLUMNS).map(slot))
-            .from_subquery(relaxed, "relaxed");
+        values.exprs(call_slots()).from_subquery(relaxed, "relaxed");
         let mut q = calls_table();
         q.select_from(values)
             .expect("the subquery selects one value per column");
         q
     };
-    RELAXED.bind(super::Backend::Postgres, statement, record_values(f))
+    RELAXED.bind(
+        super::Backend::Postgres,
+        statement,
+        &call_args(&f.call, Some(f.outcome())),
+    )
 }
 
 fn calls_table() -> InsertStatement {
-    use ToolCalls as T;
     Query::insert()
-        .into_table(T::Table)
-        .columns([
-            T::CalledAt,
-            T::Via,
-            T::AgentId,
-            T::AgentLogin,
-            T::TokenId,
-            T::Tool,
-            T::Repository,
-            T::Decision,
-            T::MatchedGrant,
-            T::Reason,
-            T::RpcId,
-            T::RequestId,
-            T::ArgNames,
-            T::NativeStatus,
-            T::ErrorCode,
-            T::CompletedAt,
-        ])
+        .into_table(ToolCalls::Table)
+        .columns(CALL_COLUMNS.map(|(column, _)| column))
         .to_owned()
 }
 
-/// Columns of a record.
-const CALL_COLUMNS: usize = 16;
-
-fn call_values(c: &NewCall, outcome: Option<Outcome<'_>>) -> [Expr; CALL_COLUMNS] {
+/// A record's columns, each with the name of its slot.
+const CALL_COLUMNS: [(ToolCalls, &str); 16] = {
+    use ToolCalls as T;
     [
-        c.called_at.as_str().into(),
-        c.via.into(),
-        c.agent_id.into(),
-        c.agent_login.as_str().into(),
-        c.token_id.into(),
-        c.tool.as_str().into(),
-        c.repository.as_deref().into(),
-        c.decision.into(),
-        c.matched_grant.as_deref().into(),
-        c.reason.as_str().into(),
-        c.rpc_id.as_deref().into(),
-        c.request_id.as_deref().into(),
-        c.arg_names.as_str().into(),
-        outcome.and_then(|o| o.native_status).map(i32::from).into(),
-        outcome.and_then(|o| o.error_code).into(),
-        outcome.map(|o| o.at).into(),
+        (T::CalledAt, "call_called_at"),
+        (T::Via, "call_via"),
+        (T::AgentId, "call_agent_id"),
+        (T::AgentLogin, "call_agent_login"),
+        (T::TokenId, "call_token_id"),
+        (T::Tool, "call_tool"),
+        (T::Repository, "call_repository"),
+        (T::Decision, "call_decision"),
+        (T::MatchedGrant, "call_matched_grant"),
+        (T::Reason, "call_reason"),
+        (T::RpcId, "call_rpc_id"),
+        (T::RequestId, "call_request_id"),
+        (T::ArgNames, "call_arg_names"),
+        (T::NativeStatus, "call_native_status"),
+        (T::ErrorCode, "call_error_code"),
+        (T::CompletedAt, "call_completed_at"),
+    ]
+};
+
+/// The slots of a record's values, in [`calls_table`]'s column order.
+fn call_slots() -> [Expr; 16] {
+    CALL_COLUMNS.map(|(_, name)| slot(name))
+}
+
+/// A record's values (with its outcome, if known), by slot name.
+fn call_args(c: &NewCall, outcome: Option<Outcome<'_>>) -> Args {
+    vec![
+        ("call_called_at", c.called_at.as_str().into()),
+        ("call_via", c.via.into()),
+        ("call_agent_id", c.agent_id.into()),
+        ("call_agent_login", c.agent_login.as_str().into()),
+        ("call_token_id", c.token_id.into()),
+        ("call_tool", c.tool.as_str().into()),
+        ("call_repository", c.repository.as_deref().into()),
+        ("call_decision", c.decision.into()),
+        ("call_matched_grant", c.matched_grant.as_deref().into()),
+        ("call_reason", c.reason.as_str().into()),
+        ("call_rpc_id", c.rpc_id.as_deref().into()),
+        ("call_request_id", c.request_id.as_deref().into()),
+        ("call_arg_names", c.arg_names.as_str().into()),
+        (
+            "call_native_status",
+            outcome.and_then(|o| o.native_status).map(i32::from).into(),
+        ),
+        ("call_error_code", outcome.and_then(|o| o.error_code).into()),
+        ("call_completed_at", outcome.map(|o| o.at).into()),
     ]
 }
 
@@ -316,18 +312,18 @@ impl CallEnd<'_> {
         }
     }
 
-    /// The values of [`CallEndStatement::shaped`], in slot order.
-    pub(super) fn values(&self, outcome: Outcome<'_>) -> Vec<Value> {
+    /// The values of [`CallEndStatement::shaped`], by slot name.
+    pub(super) fn values(&self, outcome: Outcome<'_>) -> Args {
         match self {
-            CallEnd::Insert(call) => call_values(call, Some(outcome))
-                .into_iter()
-                .map(plain_value)
-                .collect(),
+            CallEnd::Insert(call) => call_args(call, Some(outcome)),
             CallEnd::Complete(id) => vec![
-                (*id).into(),
-                outcome.native_status.map(i32::from).into(),
-                outcome.error_code.into(),
-                outcome.at.into(),
+                ("call_id", (*id).into()),
+                (
+                    "call_native_status",
+                    outcome.native_status.map(i32::from).into(),
+                ),
+                ("call_error_code", outcome.error_code.into()),
+                ("call_completed_at", outcome.at.into()),
             ],
         }
     }
@@ -341,27 +337,25 @@ pub(super) enum CallEndStatement {
 }
 
 impl CallEndStatement {
-    /// The statement that ends a call of `kind`, its values in slots from
-    /// `first` on (see [`CallEnd::values`]), returning the record's id.
-    pub(super) fn shaped(kind: EndKind, first: usize) -> CallEndStatement {
+    /// The statement that ends a call of `kind`, its values in the slots
+    /// named by [`CallEnd::values`], returning the record's id.
+    pub(super) fn shaped(kind: EndKind) -> CallEndStatement {
         use ToolCalls as T;
-        let at = |k: usize| slot(first + k);
         match kind {
             EndKind::Insert => {
                 let mut q = calls_table();
-                q.values_panic((0..CALL_COLUMNS).map(at))
-                    .returning_col(T::Id);
+                q.values_panic(call_slots()).returning_col(T::Id);
                 CallEndStatement::Insert(q)
             }
             EndKind::Complete => CallEndStatement::Complete(
                 Query::update()
                     .table(T::Table)
                     .values([
-                        (T::NativeStatus, at(1)),
-                        (T::ErrorCode, at(2)),
-                        (T::CompletedAt, at(3)),
+                        (T::NativeStatus, slot("call_native_status")),
+                        (T::ErrorCode, slot("call_error_code")),
+                        (T::CompletedAt, slot("call_completed_at")),
                     ])
-                    .and_where(Expr::col(T::Id).eq(at(0)))
+                    .and_where(Expr::col(T::Id).eq(slot("call_id")))
                     .and_where(Expr::col(T::CompletedAt).is_null())
                     .returning_col(T::Id)
                     .to_owned(),
@@ -423,8 +417,9 @@ mod tests {
             super::super::Backend::Sqlite,
             super::super::Backend::Postgres,
         ] {
+            let args = call_args(&call.call, Some(call.outcome()));
             let mut fresh = calls_table();
-            fresh.values_panic(call_values(&call.call, Some(call.outcome())));
+            fresh.values_panic(args.into_iter().map(|(_, value)| Expr::val(value)));
             let fresh = fresh.render(backend);
             assert_eq!(record_insert(backend, &call).render(backend), fresh);
         }

@@ -12,7 +12,7 @@ use super::repos::{RepoRow, with_collaborator_permission};
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
 };
-use super::shape::{Shape, slot};
+use super::shape::{Args, Shape, slot};
 use super::{Backend, StoreResult, Tx};
 
 /// A grant joined with every login and repository fact its JSON needs.
@@ -306,15 +306,15 @@ pub async fn agent_grant_in_repo(
         keyed: a.request_key.is_some(),
         inputs: a.admission_inputs,
     };
-    let mut args = vec![
-        a.id.into(),
-        a.agent_id.into(),
-        a.owner.to_ascii_lowercase().into(),
-        a.name.to_ascii_lowercase().into(),
-        a.token_id.into(),
+    let mut args: Args = vec![
+        ("grant_id", a.id.into()),
+        ("agent_id", a.agent_id.into()),
+        ("owner", a.owner.to_ascii_lowercase().into()),
+        ("repo", a.name.to_ascii_lowercase().into()),
+        ("token_id", a.token_id.into()),
     ];
-    args.extend(a.request_key.map(Value::from));
-    let select = ROUTES[shape.index()].bind(backend, || route_query(backend, shape), args);
+    args.extend(a.request_key.map(|key| ("request_key", Value::from(key))));
+    let select = ROUTES[shape.index()].bind(backend, || route_query(backend, shape), &args);
     if !a.admission_inputs {
         let found = tx.fetch_optional::<AgentGrantRow>(&select).await?;
         return Ok(found.map(|found| Found {
@@ -340,8 +340,8 @@ pub async fn agent_grant_in_repo(
     };
     let inputs = INPUTS.bind(
         backend,
-        || inputs_query(slot(0)),
-        vec![found.grant.repository_id.into()],
+        || inputs_query(slot("repository_id")),
+        &[("repository_id", found.grant.repository_id.into())],
     );
     let rows = tx.fetch_all::<InputRow>(&inputs).await?;
     Ok(Some(Found {
@@ -387,12 +387,12 @@ fn route_query(backend: Backend, shape: RouteShape) -> SelectStatement {
             "repo_require_distinct_approver",
         )
         .expr_as(Expr::col((r, Repositories::CreatedAt)), "repo_created_at");
-    with_collaborator_permission(&mut q, slot(1));
-    q.and_where(Expr::col((Grants::Table, Grants::Id)).eq(slot(0)))
-        .and_where(Expr::col((Grants::Table, Grants::AgentId)).eq(slot(1)))
-        .and_where(Expr::col(("owner", Users::LowerLogin)).eq(slot(2)))
-        .and_where(Expr::col((r, Repositories::LowerName)).eq(slot(3)))
-        .and_where(token_live(slot(4), slot(1)));
+    with_collaborator_permission(&mut q, slot("agent_id"));
+    q.and_where(Expr::col((Grants::Table, Grants::Id)).eq(slot("grant_id")))
+        .and_where(Expr::col((Grants::Table, Grants::AgentId)).eq(slot("agent_id")))
+        .and_where(Expr::col(("owner", Users::LowerLogin)).eq(slot("owner")))
+        .and_where(Expr::col((r, Repositories::LowerName)).eq(slot("repo")))
+        .and_where(token_live(slot("token_id"), slot("agent_id")));
     if shape.keyed {
         q.expr_as(Expr::col(("ks", Submissions::Id)), "key_submission_id")
             .join_as(
@@ -401,7 +401,7 @@ fn route_query(backend: Backend, shape: RouteShape) -> SelectStatement {
                 "ks",
                 Expr::col(("ks", Submissions::GrantId))
                     .equals((Grants::Table, Grants::Id))
-                    .and(Expr::col(("ks", Submissions::RequestKey)).eq(slot(5))),
+                    .and(Expr::col(("ks", Submissions::RequestKey)).eq(slot("request_key"))),
             );
     } else {
         q.expr_as(Expr::cust("CAST(NULL AS BIGINT)"), "key_submission_id");

@@ -7,14 +7,14 @@
 
 use sea_query::{
     BinOper, CommonTableExpression, Expr, ExprTrait, InsertStatement, Query, SelectStatement,
-    SubQueryStatement, UpdateStatement, Value, WithClause, WithQuery,
+    SubQueryStatement, UpdateStatement, WithClause, WithQuery,
 };
 
-use super::admission::{EVALUATION_VALUES, NewEvaluation, evaluation_insert, evaluation_values};
+use super::admission::{NewEvaluation, evaluation_insert, evaluation_values};
 use super::audit::{CallEnd, CallEndStatement, EndKind, Outcome};
 use super::issues::{ISSUE_COLUMNS, RECEIPT_COLUMNS, bump_index};
 use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions};
-use super::shape::{Shape, slot};
+use super::shape::{Args, Shape, slot};
 use super::{Backend, StoreError, StoreResult, Tx};
 
 /// Everything a successful handoff writes (see the module's doc).
@@ -52,36 +52,21 @@ pub struct HandedOff {
     pub submission_id: i64,
 }
 
-// The slots of a handoff's values (see [`values`]).
-const EVALUATION: usize = 0; // the evaluation's values: 0..=12
-const GRANT: usize = EVALUATION;
-const PROPOSAL_DIGEST: usize = EVALUATION + 9;
-const NOW: usize = EVALUATION + EVALUATION_VALUES - 1;
-const TITLE: usize = 13;
-const BODY: usize = 14;
-const KEY: usize = 15;
-const CONTENT: usize = 16;
-const AGENT: usize = 17;
-const REPOSITORY: usize = 18;
-const FULL_NAME: usize = 19;
-const URL_PREFIX: usize = 20;
-const COUNT: usize = 21;
-/// The first slot after the handoff's own.
-const NEXT: usize = 22;
-
-/// The handoff's values, in slot order.
-fn values(h: &Handoff<'_>) -> Vec<Value> {
+/// The handoff's values, by slot name: the evaluation's (among them
+/// `grant_id`, `proposal_digest` and `now`, which the other statements use
+/// too) and the issue's, the receipt's and the counter's.
+fn values(h: &Handoff<'_>) -> Args {
     let mut values = evaluation_values(&h.evaluation);
     values.extend([
-        h.title.into(),
-        h.body.into(),
-        h.request_key.into(),
-        h.content_digest.into(),
-        h.agent_id.into(),
-        h.repository_id.into(),
-        h.repository_full_name.into(),
-        h.issue_url_prefix.into(),
-        h.submission_count.into(),
+        ("title", h.title.into()),
+        ("body", h.body.into()),
+        ("request_key", h.request_key.into()),
+        ("content_digest", h.content_digest.into()),
+        ("agent_id", h.agent_id.into()),
+        ("repository_id", h.repository_id.into()),
+        ("repository_full_name", h.repository_full_name.into()),
+        ("issue_url_prefix", h.issue_url_prefix.into()),
+        ("submission_count", h.submission_count.into()),
     ]);
     values
 }
@@ -100,12 +85,12 @@ pub async fn hand_off(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff> {
 fn issue_from(index: Expr, source: SelectStatement) -> InsertStatement {
     let mut select = source;
     select
-        .expr(slot(REPOSITORY))
+        .expr(slot("repository_id"))
         .expr(index)
-        .expr(slot(TITLE))
-        .expr(slot(BODY))
-        .expr(slot(AGENT))
-        .expr(slot(NOW));
+        .expr(slot("title"))
+        .expr(slot("body"))
+        .expr(slot("agent_id"))
+        .expr(slot("now"));
     Query::insert()
         .into_table(Issues::Table)
         .columns(ISSUE_COLUMNS)
@@ -120,18 +105,18 @@ fn receipt_from(issue: (Expr, Expr), evaluation: Expr, source: SelectStatement) 
     let (issue_id, issue_index) = issue;
     let mut select = source;
     select
-        .expr(slot(GRANT))
-        .expr(slot(KEY))
-        .expr(slot(CONTENT))
-        .expr(slot(PROPOSAL_DIGEST))
-        .expr(slot(AGENT))
+        .expr(slot("grant_id"))
+        .expr(slot("request_key"))
+        .expr(slot("content_digest"))
+        .expr(slot("proposal_digest"))
+        .expr(slot("agent_id"))
         .expr(issue_id)
         .expr(issue_index.clone())
-        .expr(slot(REPOSITORY))
-        .expr(slot(FULL_NAME))
-        .expr(slot(URL_PREFIX).binary(BinOper::Custom("||"), issue_index))
+        .expr(slot("repository_id"))
+        .expr(slot("repository_full_name"))
+        .expr(slot("issue_url_prefix").binary(BinOper::Custom("||"), issue_index))
         .expr(evaluation)
-        .expr(slot(NOW));
+        .expr(slot("now"));
     Query::insert()
         .into_table(Submissions::Table)
         .columns(RECEIPT_COLUMNS)
@@ -144,9 +129,9 @@ fn receipt_from(issue: (Expr, Expr), evaluation: Expr, source: SelectStatement) 
 fn bump_counter() -> UpdateStatement {
     Query::update()
         .table(Grants::Table)
-        .value(Grants::SubmissionCount, slot(COUNT))
-        .value(Grants::UpdatedAt, slot(NOW))
-        .and_where(Expr::col(Grants::Id).eq(slot(GRANT)))
+        .value(Grants::SubmissionCount, slot("submission_count"))
+        .value(Grants::UpdatedAt, slot("now"))
+        .and_where(Expr::col(Grants::Id).eq(slot("grant_id")))
         .to_owned()
 }
 
@@ -177,10 +162,10 @@ fn hand_off_statement(audit: Option<EndKind>) -> WithQuery {
         Query::select().from("iss").from("ev").to_owned(),
     );
     let mut with = WithClause::new();
-    with.cte(cte("ev", evaluation_insert(EVALUATION).into()))
+    with.cte(cte("ev", evaluation_insert().into()))
         .cte(cte(
             "ix",
-            bump_index(slot(REPOSITORY))
+            bump_index(slot("repository_id"))
                 .returning_col(Repositories::NextIssueIndex)
                 .to_owned()
                 .into(),
@@ -202,10 +187,7 @@ fn hand_off_statement(audit: Option<EndKind>) -> WithQuery {
         .from("sub")
         .from("g");
     if let Some(kind) = audit {
-        with.cte(cte(
-            "au",
-            CallEndStatement::shaped(kind, NEXT).into_subquery(),
-        ));
+        with.cte(cte("au", CallEndStatement::shaped(kind).into_subquery()));
         select.from("au");
     }
     select.with(with)
@@ -218,7 +200,7 @@ async fn hand_off_postgres(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOf
         args.extend(end.values(outcome));
     }
     let kind = h.audit.map(|(end, _)| end.kind());
-    let q = SHAPES[audit_index(h)].bind(Backend::Postgres, || hand_off_statement(kind), args);
+    let q = SHAPES[audit_index(h)].bind(Backend::Postgres, || hand_off_statement(kind), &args);
     let (evaluation_id, issue_id, issue_index, submission_id) =
         tx.fetch_one::<(i64, i64, i64, i64)>(&q).await?;
     Ok(HandedOff {
@@ -238,32 +220,36 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
     static AUDIT: [Shape; 2] = [const { Shape::new() }; 2];
     const SQLITE: Backend = Backend::Sqlite;
     let mut args = values(h);
-    let q = EVALUATION_INSERT.bind(SQLITE, || evaluation_insert(EVALUATION), args.clone());
+    let q = EVALUATION_INSERT.bind(SQLITE, evaluation_insert, &args);
     let (evaluation_id,): (i64,) = tx.fetch_one(&q).await?;
-    let q = BUMP_INDEX.bind(SQLITE, || bump_index(slot(REPOSITORY)), args.clone());
+    let q = BUMP_INDEX.bind(SQLITE, || bump_index(slot("repository_id")), &args);
     tx.execute(&q).await?;
     let issue = || {
         issue_from(
             Expr::col(Repositories::NextIssueIndex).sub(1),
             Query::select()
                 .from(Repositories::Table)
-                .and_where(Expr::col(Repositories::Id).eq(slot(REPOSITORY)))
+                .and_where(Expr::col(Repositories::Id).eq(slot("repository_id")))
                 .to_owned(),
         )
     };
-    let q = ISSUE.bind(SQLITE, issue, args.clone());
+    let q = ISSUE.bind(SQLITE, issue, &args);
     let (issue_id, issue_index): (i64, i64) = tx.fetch_one(&q).await?;
-    args.extend([issue_id.into(), issue_index.into(), evaluation_id.into()]);
+    args.extend([
+        ("issue_id", issue_id.into()),
+        ("issue_index", issue_index.into()),
+        ("evaluation_id", evaluation_id.into()),
+    ]);
     let receipt = || {
         receipt_from(
-            (slot(NEXT), slot(NEXT + 1)),
-            slot(NEXT + 2),
+            (slot("issue_id"), slot("issue_index")),
+            slot("evaluation_id"),
             Query::select().to_owned(),
         )
     };
-    let q = RECEIPT.bind(SQLITE, receipt, args.clone());
+    let q = RECEIPT.bind(SQLITE, receipt, &args);
     let (submission_id,): (i64,) = tx.fetch_one(&q).await?;
-    let q = COUNTER.bind(SQLITE, bump_counter, args);
+    let q = COUNTER.bind(SQLITE, bump_counter, &args);
     if tx.execute(&q).await? != 1 {
         return Err(StoreError::NotFound);
     }
@@ -272,8 +258,8 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
         let shape = &AUDIT[usize::from(kind == EndKind::Complete)];
         let q = shape.bind(
             SQLITE,
-            || CallEndStatement::shaped(kind, 0),
-            end.values(outcome),
+            || CallEndStatement::shaped(kind),
+            &end.values(outcome),
         );
         if tx.fetch_optional::<(i64,)>(&q).await?.is_none() {
             return Err(StoreError::NotFound);

@@ -138,7 +138,11 @@ pub struct TokenAuthRow {
 /// Finds an unrevoked token by the SHA-256 of its text.
 pub async fn token_by_hash(tx: &mut Tx, hash: &str) -> StoreResult<Option<TokenAuthRow>> {
     static TOKEN: Shape = Shape::new();
-    let q = TOKEN.bind(tx.backend(), || token_query(slot(0)), vec![hash.into()]);
+    let q = TOKEN.bind(
+        tx.backend(),
+        || token_query(slot("hash")),
+        &[("hash", hash.into())],
+    );
     tx.fetch_optional(&q).await
 }
 

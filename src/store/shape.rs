@@ -6,7 +6,9 @@
 //! each place a value goes ([`slot`]), rendered, and kept; each call then
 //! binds its values to the kept text ([`Shape::bind`]). The statement is
 //! still written with sea-query, in one builder function per shape, and a
-//! shape's test can compare the kept text with a fresh rendering.
+//! shape's test can compare the kept text with a fresh rendering. Values
+//! are bound by name: `slot("grant_id")` in the statement takes the value
+//! named `grant_id` in the call's [`Args`].
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -33,11 +35,14 @@ impl<S: QueryStatementWriter> Statement for S {
 
 const MARK: &str = "\u{1}writ-slot:";
 
-/// The marker of argument `k` of a shape: where the `k`-th value of
-/// [`Shape::bind`] goes.
-pub fn slot(k: usize) -> Expr {
-    Expr::val(format!("{MARK}{k}"))
+/// The marker of the value named `name`: where the value of that name in
+/// [`Shape::bind`]'s arguments goes.
+pub fn slot(name: &'static str) -> Expr {
+    Expr::val(format!("{MARK}{name}"))
 }
+
+/// One call's values, by slot name.
+pub type Args = Vec<(&'static str, Value)>;
 
 /// A statement kept rendered (one per backend), see the module's doc.
 pub struct Shape {
@@ -52,8 +57,8 @@ struct Rendered {
 }
 
 enum Source {
-    /// The call's argument of this index.
-    Arg(usize),
+    /// The call's argument of this name.
+    Arg(String),
     /// A value fixed in the shape itself.
     Fixed(Value),
 }
@@ -68,12 +73,13 @@ impl Shape {
     }
 
     /// The statement `build` makes (with [`slot`]s), rendered for `backend`
-    /// the first time, bound to `args`.
+    /// the first time, bound to `args`. Every slot must have its value in
+    /// `args` (a shape's tests bind each shape).
     pub fn bind<S: Statement>(
         &'static self,
         backend: Backend,
         build: impl FnOnce() -> S,
-        args: Vec<Value>,
+        args: &[(&'static str, Value)],
     ) -> Bound {
         let rendered = match backend {
             Backend::Sqlite => &self.sqlite,
@@ -84,7 +90,12 @@ impl Shape {
             .values
             .iter()
             .map(|source| match source {
-                Source::Arg(k) => args[*k].clone(),
+                Source::Arg(name) => args
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .unwrap_or_else(|| panic!("no value for the slot {name}"))
+                    .1
+                    .clone(),
                 Source::Fixed(v) => v.clone(),
             })
             .collect();
@@ -107,11 +118,9 @@ impl Rendered {
         let values = values
             .into_iter()
             .map(|v| match &v {
-                Value::String(Some(s)) if s.starts_with(MARK) => Source::Arg(
-                    s[MARK.len()..]
-                        .parse()
-                        .expect("a slot's marker ends in its index"),
-                ),
+                Value::String(Some(s)) if s.starts_with(MARK) => {
+                    Source::Arg(s[MARK.len()..].to_owned())
+                }
                 _ => Source::Fixed(v),
             })
             .collect();
@@ -173,8 +182,8 @@ mod tests {
             for (id, name) in [(1i64, "x"), (42, "y\u{1}writ")] {
                 let bound = SHAPE.bind(
                     backend,
-                    || lookup(slot(0), slot(1)),
-                    vec![id.into(), name.into()],
+                    || lookup(slot("id"), slot("name")),
+                    &[("name", name.into()), ("id", id.into())],
                 );
                 let fresh = lookup(Expr::val(id), Expr::val(name));
                 let (sql, values) = bound.render(backend);
