@@ -6,9 +6,9 @@
 //! (`Statement::column_name`, `ValueRef`), so a column costs an allocation
 //! only where the struct keeps a `String`, a skipped column costs nothing,
 //! and a `#[serde(flatten)]`ed struct buffers borrowed strings rather than
-//! copies. `serde_rusqlite`, used before, copied every column name into a new
+//! copies. `serde_rusqlite` copies every column name into a new
 //! `Vec<String>` per statement and every text value into a `String`: with
-//! the flattened route row that was a fifth of a grant read's instructions
+//! the flattened route row that is a fifth of a grant read's instructions
 //! (ADR 0015 in docs/adr/).
 
 use rusqlite::Row;

@@ -1,6 +1,7 @@
 //! Input refused at the edge, the same on both engines: U+0000 or bytes
 //! that are not UTF-8 in a path segment, a query parameter or a form field
-//! (400 or 422 before any query; PostgreSQL used to answer 500), and every
+//! (400 or 422 before any query, where PostgreSQL's driver would refuse the
+//! byte with an error), and every
 //! 4xx on an API path with the JSON error body, whichever layer wrote it.
 
 use reqwest::Method;
