@@ -250,9 +250,8 @@ enum End {
     /// its MCP decision.
     Complete(i64),
     /// A read: the record is appended whole once this transaction
-    /// committed (`store::audit::append_call`), announced to the SQLite
-    /// writer meanwhile (`store::audit::expect_call`).
-    Append(Option<crate::store::batch::Expected>),
+    /// committed (`store::audit::append_call`).
+    Append,
     /// A statement of the use case wrote the outcome ([`AuditedTx::outcome_target`]).
     Written,
 }
@@ -284,10 +283,7 @@ pub async fn begin<'c>(ctx: &Ctx, caller: &'c Caller, access: Access) -> Result<
         });
     };
     let (tx, end) = match (record.decided, access) {
-        (None, Access::Read | Access::ReadOne) => (
-            plain(ctx, access).await?,
-            End::Append(store::expect_call(&ctx.store)),
-        ),
+        (None, Access::Read | Access::ReadOne) => (plain(ctx, access).await?, End::Append),
         (decided, access) => {
             let tx = match access {
                 Access::Read | Access::ReadOne => ctx.store.write_snapshot().await,
@@ -354,14 +350,12 @@ impl<'c> AuditedTx<'c> {
                 .await
                 .map(drop),
             End::Complete(id) => store::complete_call(&mut tx, *id, outcome).await.map(drop),
-            End::Append(_) | End::Written | End::Nothing => Ok(()),
+            End::Append | End::Written | End::Nothing => Ok(()),
         }
         .map_err(fail_closed)?;
         tx.commit().await?;
-        if let End::Append(announced) = end {
-            let appended = append(ctx, record, status, code).await;
-            drop(announced);
-            appended?;
+        if let End::Append = end {
+            append(ctx, record, status, code).await?;
         }
         record.set_done();
         Ok(())

@@ -147,18 +147,6 @@ pub(super) fn record_insert(backend: super::Backend, f: &FinishedCall) -> Bound 
     RECORD.bind(backend, statement, &call_args(&f.call, Some(f.outcome())))
 }
 
-/// Announces the record of a call that reads now and will
-/// [`append_call`] after: on SQLite the writer then waits a little for it
-/// before committing the records queued without it (a lone caller's record
-/// is committed at once). `None` on PostgreSQL. Keep it until the append
-/// returned.
-pub fn expect_call(store: &Store) -> Option<super::batch::Expected> {
-    match store {
-        Store::Sqlite(_, writer, _) => Some(writer.expect()),
-        Store::Postgres(..) => None,
-    }
-}
-
 /// Writes the record of a finished call, committed on its own before this
 /// returns. On SQLite with group commit it joins the writer's next commit,
 /// one insert for every record queued with it; on PostgreSQL it is a single

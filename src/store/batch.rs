@@ -66,7 +66,7 @@
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -84,12 +84,6 @@ pub const MAX_BATCH: usize = 64;
 pub const MAX_BATCH_TIME: Duration = Duration::from_millis(10);
 /// Most records gathered into one commit.
 pub const MAX_APPEND: usize = 256;
-/// Records alone are committed at once from this many on (see
-/// [`Appends::linger`]).
-const LINGER_UNTIL: usize = 8;
-/// How long the writer waits for more records before it commits records
-/// alone (the timer's slack comes on top).
-const LINGER: Duration = Duration::from_micros(100);
 
 /// The WAL's size, in frames, from which the writer has it checkpointed
 /// (SQLite's own automatic checkpoint threshold).
@@ -312,21 +306,8 @@ const SAVEPOINT: &str = "SAVEPOINT writ_job";
 #[derive(Clone, Debug)]
 pub struct Writer {
     tx: mpsc::Sender<Msg>,
-    /// Records announced by calls still running (see [`Writer::expect`]).
-    expected: Arc<AtomicUsize>,
     /// The outcome of the latest commit.
     health: Arc<super::health::WriteHealth>,
-}
-
-/// A call's word that it will append a record (see [`Writer::expect`]);
-/// dropping it takes the word back.
-#[derive(Debug)]
-pub struct Expected(Arc<AtomicUsize>);
-
-impl Drop for Expected {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 /// One caller's transaction inside a batch: a savepoint on the writer's
@@ -419,33 +400,17 @@ impl Writer {
         let conn = open(&config)?;
         let checkpointer = Checkpointer::start(&config)?;
         let (tx, rx) = mpsc::channel();
-        let expected = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&expected);
         let health = Arc::clone(&config.health);
         std::thread::Builder::new()
             .name("writ-sqlite-writer".into())
-            .spawn(move || run(config, conn, rx, &counted, &checkpointer))
+            .spawn(move || run(config, conn, rx, &checkpointer))
             .map_err(StoreError::from)?;
-        Ok(Writer {
-            tx,
-            expected,
-            health,
-        })
+        Ok(Writer { tx, health })
     }
 
     /// Whether the latest commits failed for want of storage.
     pub fn health(&self) -> &super::health::WriteHealth {
         &self.health
-    }
-
-    /// Announces a record that this call will [`Writer::append`] once its
-    /// read is done: while records are announced beyond those queued, the
-    /// writer waits a little for them before it commits records alone
-    /// (see [`Appends::linger`]); a lone caller's record is committed at
-    /// once. Hold the guard until the append returned.
-    pub fn expect(&self) -> Expected {
-        self.expected.fetch_add(1, Ordering::Relaxed);
-        Expected(Arc::clone(&self.expected))
     }
 
     /// Waits for the connection, inside a fresh savepoint of the open batch.
@@ -514,7 +479,6 @@ fn run(
     config: WriterConfig,
     conn: Connection,
     rx: mpsc::Receiver<Msg>,
-    expected: &AtomicUsize,
     checkpointer: &Checkpointer,
 ) {
     let mut conn = Some(conn);
@@ -540,7 +504,7 @@ fn run(
             msg @ (Msg::Append(..) | Msg::Read(_)) => {
                 let mut appends = Appends::default();
                 appends.take(msg);
-                carried = appends.linger(&rx, expected);
+                carried = appends.gather(&rx);
                 match carried.take() {
                     // A job came: the records join its batch.
                     Some(Msg::Begin(first)) => {
@@ -667,26 +631,6 @@ impl Appends {
             Tx::Local(Local(c)) => c,
             _ => unreachable!("a read cannot replace the writer's connection"),
         }
-    }
-
-    /// [`Appends::gather`], then, while fewer than [`LINGER_UNTIL`] records
-    /// are in and more are announced by calls still reading (`expected`,
-    /// see [`Writer::expect`]), sleeps [`LINGER`] once and gathers again: a
-    /// commit of records alone costs the same for one record as for many,
-    /// so under load a short wait saves most of the commits (and the CPU
-    /// they cost). While the writer sleeps, a request queuing its record
-    /// wakes no thread. A lone caller is not made to wait for records that
-    /// are not coming. Stops at the first other message.
-    fn linger(&mut self, rx: &mpsc::Receiver<Msg>, expected: &AtomicUsize) -> Option<Msg> {
-        if let Some(other) = self.gather(rx) {
-            return Some(other);
-        }
-        let coming = expected.load(Ordering::Relaxed) > self.calls.len();
-        if coming && self.calls.len() < LINGER_UNTIL {
-            std::thread::sleep(LINGER);
-            return self.gather(rx);
-        }
-        None
     }
 
     fn insert(&self, c: &Connection) -> StoreResult<()> {
@@ -1362,10 +1306,7 @@ mod tests {
     }
 
     /// Records committed alone at `synchronous = NORMAL` are all kept, and
-    /// the connection is back at `FULL` for the next write. Records
-    /// announced and never appended (calls still reading, or gone) delay
-    /// no one's commit for long and stall nothing; every announcement is
-    /// taken back when its guard drops.
+    /// the connection is back at `FULL` for the next write.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn relaxed_record_commits_restore_full_for_writes() {
         let path = migrated_database().await;
@@ -1373,28 +1314,18 @@ mod tests {
         assert_ne!(records, RecordCommit::Durable);
         let writer = writer(&path, records);
         for round in 0..5i64 {
-            let never_coming: Vec<Expected> = (0..round).map(|_| writer.expect()).collect();
             let appends: Vec<_> = (0..20i64)
                 .map(|k| {
                     let writer = writer.clone();
                     let call = call(round * 20 + k);
-                    let announced = writer.expect();
-                    tokio::spawn(async move {
-                        let appended = writer.append(call).await;
-                        drop(announced);
-                        appended
-                    })
+                    tokio::spawn(async move { writer.append(call).await })
                 })
                 .collect();
             for a in appends {
                 a.await.unwrap().unwrap();
             }
-            // A lone record, with others announced that never come.
-            let lone = writer.expect();
+            // A lone record.
             writer.append(call(1000 + round)).await.unwrap();
-            drop(lone);
-            drop(never_coming);
-            assert_eq!(writer.expected.load(Ordering::Relaxed), 0);
             let mut job = writer.begin().await.unwrap();
             let level: i64 = job
                 .conn()
