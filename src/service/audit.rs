@@ -236,14 +236,13 @@ pub fn prepare_api(ctx: &Ctx, caller: &mut Caller, tool: Tool, call: &CallInfo<'
 /// records the refusal).
 pub struct AuditedTx<'c> {
     tx: Tx,
-    record: Option<&'c Record>,
-    end: End,
+    /// The caller's record and where its outcome goes; `None` for an
+    /// unaudited caller or a record committed already.
+    audit: Option<(&'c Record, End)>,
 }
 
 /// Where the outcome of the call goes.
 enum End {
-    /// No record (an unaudited caller, or its record is committed already).
-    Nothing,
     /// The record, whole with its outcome, inserted in this transaction.
     Insert,
     /// The outcome added, in this transaction, to the record committed with
@@ -278,8 +277,7 @@ pub async fn begin<'c>(ctx: &Ctx, caller: &'c Caller, access: Access) -> Result<
     let Some(record) = caller.audit.as_deref().filter(|r| !r.is_done()) else {
         return Ok(AuditedTx {
             tx: plain(ctx, access).await?,
-            record: None,
-            end: End::Nothing,
+            audit: None,
         });
     };
     let (tx, end) = match (record.decided, access) {
@@ -295,8 +293,7 @@ pub async fn begin<'c>(ctx: &Ctx, caller: &'c Caller, access: Access) -> Result<
     };
     Ok(AuditedTx {
         tx,
-        record: Some(record),
-        end,
+        audit: Some((record, end)),
     })
 }
 
@@ -330,12 +327,8 @@ impl<'c> AuditedTx<'c> {
     /// and commits; a read's record is appended after. Once this returned
     /// the record is durable.
     pub async fn commit(self, ctx: &Ctx, status: u16, code: Option<&'static str>) -> Result<()> {
-        let AuditedTx {
-            mut tx,
-            record,
-            end,
-        } = self;
-        let Some(record) = record else {
+        let AuditedTx { mut tx, audit } = self;
+        let Some((record, end)) = audit else {
             tx.commit().await?;
             return Ok(());
         };
@@ -350,7 +343,7 @@ impl<'c> AuditedTx<'c> {
                 .await
                 .map(drop),
             End::Complete(id) => store::complete_call(&mut tx, *id, outcome).await.map(drop),
-            End::Append | End::Written | End::Nothing => Ok(()),
+            End::Append | End::Written => Ok(()),
         }
         .map_err(fail_closed)?;
         tx.commit().await?;
@@ -366,8 +359,8 @@ impl<'c> AuditedTx<'c> {
     /// and the time; `None` when this transaction holds no record. Call
     /// [`AuditedTx::outcome_written`] once that statement succeeded.
     pub fn outcome_target(&self, ctx: &Ctx) -> Option<(CallEnd<'c>, String)> {
-        let record = self.record?;
-        let end = match self.end {
+        let (record, end) = self.audit.as_ref()?;
+        let end = match *end {
             End::Insert => CallEnd::Insert(&record.call),
             End::Complete(id) => CallEnd::Complete(id),
             _ => return None,
@@ -378,8 +371,8 @@ impl<'c> AuditedTx<'c> {
     /// Notes that a statement of the use case wrote the outcome
     /// ([`AuditedTx::outcome_target`]).
     pub fn outcome_written(&mut self) {
-        if matches!(self.end, End::Insert | End::Complete(_)) {
-            self.end = End::Written;
+        if let Some((_, end @ (End::Insert | End::Complete(_)))) = &mut self.audit {
+            *end = End::Written;
         }
     }
 }
