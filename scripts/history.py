@@ -22,8 +22,9 @@ import threading
 import time
 from pathlib import Path
 
-_STATE_RE = re.compile(r'id="grant-state">([a-z_]+)</span>\s*·\s*revision (\d+)')
-_COUNT_RE = re.compile(r"·\s*(\d+) of \d+ submission")
+# The grant page's state badge carries the facts as data attributes.
+_FACTS_RE = re.compile(
+    r'id="grant-state" data-state="([a-z_]+)" data-revision="(\d+)" data-submissions="(\d+)"')
 
 
 def grant_facts(g: dict | None) -> dict | None:
@@ -63,10 +64,10 @@ def page_answer(r, forms: list[str]) -> dict:
     ans: dict = {"status": r.status}
     if r.status == 200:
         text = r.text
-        m, c = _STATE_RE.search(text), _COUNT_RE.search(text)
-        if m and c:
+        m = _FACTS_RE.search(text)
+        if m:
             ans["grant"] = {"state": m.group(1), "state_revision": int(m.group(2)),
-                            "submission_count": int(c.group(1))}
+                            "submission_count": int(m.group(3))}
         ans["forms"] = sorted(forms)
     return ans
 

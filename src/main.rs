@@ -339,17 +339,7 @@ async fn serve(config: Config, demo: bool) -> anyhow::Result<()> {
     let bind = config.bind.clone();
     let writ = Writ::open(config.clone()).await?;
     if demo && let Some(info) = writ::service::demo::seed_if_empty(writ.ctx()).await? {
-        println!(
-            "Demo dataset created.\n  Log in at {}/user/login as {} / {}\n  Bot {} token: {}\n  Repository {} has grant #{} awaiting the bot's confirmation.\n  MCP endpoint: {}/mcp (the bot may call every tool on alice/*).",
-            config.public_base(),
-            info.login,
-            info.password,
-            info.bot,
-            info.bot_token,
-            info.repository,
-            info.grant_id,
-            config.public_base()
-        );
+        println!("{}", info.guide(&config.public_base()));
     }
     // After the demo seed, so a policy file may name the demo's bot.
     if let Some(path) = &config.policy_file {

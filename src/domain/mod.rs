@@ -13,3 +13,4 @@ pub mod submission;
 pub mod text;
 pub mod time;
 pub mod tools;
+pub mod words;

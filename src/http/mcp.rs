@@ -334,7 +334,7 @@ impl ServerHandler for WritMcp {
                 (Decision::Allow { .. }, Some(tool)) => {
                     let outcome = run(&self.ctx, &caller, tool, &args).await;
                     match audit::finish(&self.ctx, &caller, outcome, 200).await {
-                        Ok((status, value)) => success(status, value),
+                        Ok((status, value)) => success(tool, status, value),
                         Err(e) => failure(&e),
                     }
                 }
@@ -444,11 +444,30 @@ fn json_of<T: serde::Serialize>(value: &T) -> Result<Value> {
     serde_json::to_value(value).map_err(|e| Error::Internal(e.into()))
 }
 
-fn success(status: u16, mut value: Value) -> CallToolResult {
+fn success(tool: Tool, status: u16, mut value: Value) -> CallToolResult {
+    let next_step = (tool == Tool::Confirm).then(|| where_a_person_approves(&value));
     if let Value::Object(map) = &mut value {
         map.insert("native_status".into(), status.into());
     }
-    CallToolResult::structured(value)
+    let mut result = CallToolResult::structured(value);
+    if let Some(text) = next_step.flatten() {
+        result.content.push(rmcp::model::ContentBlock::text(text));
+    }
+    result
+}
+
+/// A confirm's answer in words for the agent to relay: the grant now waits
+/// for a person, and the page where that person approves it.
+fn where_a_person_approves(answer: &Value) -> Option<String> {
+    let grant = &answer["grant"];
+    let url = grant["html_url"].as_str()?;
+    Some(match grant["state"].as_str() {
+        Some("awaiting_human") => format!(
+            "Confirmed. The grant now waits for a repository admin to approve it at {url}; \
+             submissions are refused until then."
+        ),
+        _ => format!("The grant's page, where people review it: {url}"),
+    })
 }
 
 /// A refused or failed call: the native error body plus `native_status`.

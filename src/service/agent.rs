@@ -96,7 +96,7 @@ pub async fn list(ctx: &Ctx, caller: &Caller, params: &ListParams) -> Result<Pag
     tx.commit_ok(ctx).await?;
     let items = rows
         .iter()
-        .map(GrantView::from_row)
+        .map(|g| GrantView::from_row(g, &ctx.config.public_base()))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(Page {
         items,
@@ -249,12 +249,12 @@ pub async fn get(
         })
     });
     if let Some(row) = on_writer.await {
-        return Ok(GrantView::from_row(&row?)?);
+        return Ok(GrantView::from_row(&row?, &ctx.config.public_base())?);
     }
     let mut tx = audit::begin(ctx, caller, Access::ReadOne).await?;
     let row = locate(&mut tx, caller, owner, repo, id, false).await?;
     tx.commit_ok(ctx).await?;
-    Ok(GrantView::from_row(&row)?)
+    Ok(GrantView::from_row(&row, &ctx.config.public_base())?)
 }
 
 /// The facts the domain judges a grant on.
@@ -284,10 +284,13 @@ pub async fn confirm(
     let mut tx = audit::begin(ctx, caller, Access::Write).await?;
     let row = locate(&mut tx, caller, owner, repo, id, true).await?;
     match decide_confirm(&facts(&row)?, &triple.digest, at) {
-        Err(refusal) => Err(Error::refused(refusal, GrantView::from_row(&row)?)),
+        Err(refusal) => Err(Error::refused(
+            refusal,
+            GrantView::from_row(&row, &ctx.config.public_base())?,
+        )),
         Ok(ConfirmOutcome::AlreadyConfirmed) => {
             tx.commit_ok(ctx).await?;
-            Ok(GrantView::from_row(&row)?)
+            Ok(GrantView::from_row(&row, &ctx.config.public_base())?)
         }
         Ok(ConfirmOutcome::Transition) => {
             let text = at.to_text();
@@ -328,7 +331,7 @@ pub async fn confirm(
                 .await?
                 .ok_or(Error::NotFound)?;
             tx.commit_ok(ctx).await?;
-            Ok(GrantView::from_row(&updated)?)
+            Ok(GrantView::from_row(&updated, &ctx.config.public_base())?)
         }
     }
 }

@@ -406,8 +406,13 @@ async fn locate_for_form(
 }
 
 /// Checks the posted revision and the transition; returns the new state.
-fn judge(grant: &GrantRow, posted_revision: i64, event: HumanEvent) -> Result<GrantState> {
-    let view = || GrantView::from_row(grant);
+fn judge(
+    ctx: &Ctx,
+    grant: &GrantRow,
+    posted_revision: i64,
+    event: HumanEvent,
+) -> Result<GrantState> {
+    let view = || GrantView::from_row(grant, &ctx.config.public_base());
     if posted_revision != grant.state_revision {
         return Err(Error::refused(Refusal::StateConflict, view()?));
     }
@@ -426,6 +431,7 @@ pub fn parse_revision(raw: &str) -> Result<i64> {
 }
 
 async fn cas(
+    ctx: &Ctx,
     tx: &mut Tx,
     grant: &GrantRow,
     mut values: Vec<(Grants, Value)>,
@@ -442,7 +448,7 @@ async fn cas(
             .ok_or(Error::NotFound)?;
         return Err(Error::refused(
             Refusal::StateConflict,
-            GrantView::from_row(&current)?,
+            GrantView::from_row(&current, &ctx.config.public_base())?,
         ));
     }
     Ok(revision)
@@ -465,13 +471,13 @@ pub async fn edit(
             "only the issuer or a repository admin can edit this grant",
         ));
     }
-    let to = judge(&l.grant, target.revision, HumanEvent::Edit)?;
+    let to = judge(ctx, &l.grant, target.revision, HumanEvent::Edit)?;
     let agent = bot_named(&mut tx, &input.agent).await?;
     let proposal = build_proposal(l.grant.id, &l.repo, (agent.0, &agent.1), &input);
     let mut values = proposal_values(&proposal, &input);
     values.push((Grants::ConfirmedAt, Option::<String>::None.into()));
     let text = at.to_text();
-    let rev = cas(&mut tx, &l.grant, values, to, &text).await?;
+    let rev = cas(ctx, &mut tx, &l.grant, values, to, &text).await?;
     record(
         &mut tx,
         l.grant.id,
@@ -510,7 +516,7 @@ pub async fn approve(
             "this repository requires a second person: the issuer cannot approve",
         ));
     }
-    let to = judge(&l.grant, target.revision, HumanEvent::Approve)?;
+    let to = judge(ctx, &l.grant, target.revision, HumanEvent::Approve)?;
     // Admission at approval: the same evaluation as preview and handoff,
     // persisted with its snapshot in this transaction.
     let package = admission::persist_in(
@@ -525,7 +531,7 @@ pub async fn approve(
     if package.blocked() {
         // The refusal is recorded (the evaluation and its snapshot); the
         // grant stays as it was.
-        let grant = GrantView::from_row(&l.grant)?;
+        let grant = GrantView::from_row(&l.grant, &ctx.config.public_base())?;
         tx.commit().await?;
         return Err(Error::admission_blocked(grant, package));
     }
@@ -539,7 +545,7 @@ pub async fn approve(
         (Grants::ApproverId, user.id.into()),
         (Grants::ApprovedAt, text.clone().into()),
     ];
-    let rev = cas(&mut tx, &l.grant, values, to, &text).await?;
+    let rev = cas(ctx, &mut tx, &l.grant, values, to, &text).await?;
     record(
         &mut tx,
         l.grant.id,
@@ -575,14 +581,14 @@ pub async fn withdraw(
             "only the issuer or a repository admin can withdraw this grant",
         ));
     }
-    let to = judge(&l.grant, target.revision, HumanEvent::Withdraw)?;
+    let to = judge(ctx, &l.grant, target.revision, HumanEvent::Withdraw)?;
     let text = at.to_text();
     let values = vec![
         (Grants::RevokedAt, text.clone().into()),
         (Grants::RevokedBy, user.id.into()),
         (Grants::RevokeReason, reason.clone().into()),
     ];
-    let rev = cas(&mut tx, &l.grant, values, to, &text).await?;
+    let rev = cas(ctx, &mut tx, &l.grant, values, to, &text).await?;
     record(
         &mut tx,
         l.grant.id,

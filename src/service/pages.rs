@@ -13,15 +13,45 @@ use crate::store::grants::{self, GrantEventRow, GrantFilter};
 use crate::store::repos::{self, RepoRow};
 use crate::store::{grant_pages, principals};
 
-/// The dashboard: what waits for me, what I issued, where I work.
+/// A grant as the dashboard lists it.
+pub struct DashboardGrant {
+    /// The grant.
+    pub grant: GrantView,
+    /// What blocks its approval and what to do, in the words of the first
+    /// blocking admission decision (previewed against the current health).
+    pub blocked: Option<String>,
+    /// Its latest receipts, newest first (active grants).
+    pub receipts: Vec<super::view::SubmissionView>,
+}
+
+/// One dashboard section: how many grants, the most recent few.
+pub struct DashboardSection {
+    /// Grants in the section in all.
+    pub total: i64,
+    /// The most recent, newest first.
+    pub grants: Vec<DashboardGrant>,
+}
+
+/// The dashboard, by what needs the person.
 pub struct Dashboard {
     /// Confirmed grants on repositories I administer.
-    pub awaiting_me: Vec<GrantView>,
-    /// Grants I prepared, newest last.
-    pub issued: Vec<GrantView>,
-    /// Repositories I own or collaborate on.
-    pub repos: Vec<RepoRow>,
+    pub awaiting_me: DashboardSection,
+    /// Grants waiting for their bot's confirmation, on repositories I may
+    /// write to.
+    pub awaiting_agent: DashboardSection,
+    /// Approved grants there, with their latest receipts.
+    pub active: DashboardSection,
+    /// Withdrawn grants there, most recent first.
+    pub finished: DashboardSection,
+    /// Repositories I own or collaborate on, with my permission.
+    pub repos: Vec<(RepoRow, Permission)>,
 }
+
+/// Grants a dashboard section shows at most.
+const SECTION_SIZE: u64 = 10;
+
+/// Receipts shown per active grant.
+const RECEIPTS_SHOWN: usize = 2;
 
 fn signed_in(session: &WebSession) -> Result<&SessionUser> {
     session
@@ -30,48 +60,112 @@ fn signed_in(session: &WebSession) -> Result<&SessionUser> {
         .ok_or(Error::Forbidden("log in to see this page"))
 }
 
-fn views(rows: &[grants::GrantRow]) -> Result<Vec<GrantView>> {
+fn views(ctx: &Ctx, rows: &[grants::GrantRow]) -> Result<Vec<GrantView>> {
+    let base = ctx.config.public_base();
     Ok(rows
         .iter()
-        .map(GrantView::from_row)
+        .map(|g| GrantView::from_row(g, &base))
         .collect::<anyhow::Result<_>>()?)
 }
 
-/// Reads the dashboard of the signed-in person.
+/// The repositories of a person with the permission they have on each.
+async fn my_repos(tx: &mut crate::store::Tx, user_id: i64) -> Result<Vec<(RepoRow, Permission)>> {
+    let mut mine = Vec::new();
+    for repo in repos::repos_of_user(tx, user_id).await? {
+        if let Some(perm) = permission(tx, &repo, user_id).await? {
+            mine.push((repo, perm));
+        }
+    }
+    Ok(mine)
+}
+
+/// Reads the dashboard of the signed-in person, in one snapshot.
 pub async fn dashboard(ctx: &Ctx, session: &WebSession) -> Result<Dashboard> {
     let user = signed_in(session)?;
     let mut tx = ctx.store.read().await?;
-    let repos = repos::repos_of_user(&mut tx, user.id).await?;
-    let mut admin_ids = Vec::new();
-    for repo in &repos {
-        if permission(&mut tx, repo, user.id).await? == Some(Permission::Admin) {
-            admin_ids.push(repo.id);
+    let repos = my_repos(&mut tx, user.id).await?;
+    let ids = |least: Permission| -> Vec<i64> {
+        repos
+            .iter()
+            .filter(|(_, p)| *p >= least)
+            .map(|(r, _)| r.id)
+            .collect()
+    };
+    let (admin_ids, writer_ids) = (ids(Permission::Admin), ids(Permission::Write));
+    let mut sections = Vec::new();
+    for (repo_ids, state) in [
+        (&admin_ids, "awaiting_human"),
+        (&writer_ids, "awaiting_agent"),
+        (&writer_ids, "active"),
+        (&writer_ids, "revoked"),
+    ] {
+        let states = [state];
+        let filter = GrantFilter {
+            agent_id: None,
+            issuer_id: None,
+            repository_id: None,
+            readable_by: None,
+            public_only: false,
+            repository_ids: Some(repo_ids),
+            states: &states,
+        };
+        let total = grant_pages::count_grants(&mut tx, &filter).await?.total;
+        let rows = grants::list_grants(&mut tx, &filter, SECTION_SIZE, 0).await?;
+        let mut shown = Vec::with_capacity(rows.len());
+        for row in rows {
+            let blocked = if state == "awaiting_human" {
+                super::admission::preview_in(ctx, &mut tx, &row)
+                    .await?
+                    .decisions
+                    .into_iter()
+                    .find(|d| d.status == crate::domain::admission::decide::Status::Blocked)
+                    .map(|d| {
+                        let p = d.presentation;
+                        format!("{} {}", p.headline, p.call_to_action)
+                    })
+            } else {
+                None
+            };
+            let receipts = if state == "active" {
+                let mut all = crate::store::issues::submissions_of_grant(&mut tx, row.id).await?;
+                all.reverse();
+                all.iter()
+                    .take(RECEIPTS_SHOWN)
+                    .map(super::view::SubmissionView::from_row)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            shown.push(DashboardGrant {
+                grant: GrantView::from_row(&row, &ctx.config.public_base())?,
+                blocked,
+                receipts,
+            });
         }
+        sections.push(DashboardSection {
+            total,
+            grants: shown,
+        });
     }
-    let awaiting = GrantFilter {
-        agent_id: None,
-        issuer_id: None,
-        repository_id: None,
-        readable_by: None,
-        public_only: false,
-        repository_ids: Some(&admin_ids),
-        states: &["awaiting_human"],
-    };
-    let awaiting_me = grants::list_grants(&mut tx, &awaiting, 100, 0).await?;
-    let issued_filter = GrantFilter {
-        issuer_id: Some(user.id),
-        repository_ids: None,
-        readable_by: Some(user.id),
-        states: &["awaiting_agent", "awaiting_human", "active", "revoked"],
-        ..awaiting
-    };
-    let issued = grants::list_grants(&mut tx, &issued_filter, 100, 0).await?;
     tx.commit().await?;
+    let mut sections = sections.into_iter();
+    let mut next = || sections.next().expect("four sections");
     Ok(Dashboard {
-        awaiting_me: views(&awaiting_me)?,
-        issued: views(&issued)?,
+        awaiting_me: next(),
+        awaiting_agent: next(),
+        active: next(),
+        finished: next(),
         repos,
     })
+}
+
+/// The repositories of the signed-in person, with their permission.
+pub async fn repositories(ctx: &Ctx, session: &WebSession) -> Result<Vec<(RepoRow, Permission)>> {
+    let user = signed_in(session)?;
+    let mut tx = ctx.store.read().await?;
+    let repos = my_repos(&mut tx, user.id).await?;
+    tx.commit().await?;
+    Ok(repos)
 }
 
 /// One page of a repository's grants.
@@ -114,7 +208,7 @@ pub async fn repo_grants(
         repo,
         perm,
         page: Page {
-            items: views(&rows)?,
+            items: views(ctx, &rows)?,
             total: count.total,
         },
     })
@@ -247,7 +341,7 @@ pub async fn grant_page(
     let fs_nonce = next(can_fs);
     Ok(GrantPage {
         repo,
-        grant: GrantView::from_row(&row)?,
+        grant: GrantView::from_row(&row, &ctx.config.public_base())?,
         events,
         edit_nonce,
         approve_nonce,

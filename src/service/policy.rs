@@ -172,6 +172,17 @@ pub async fn get(ctx: &Ctx, login: &str) -> Result<ToolGrantsView> {
     Ok(view)
 }
 
+/// Every bot's current set, by login (the admin page).
+pub async fn every_bot(ctx: &Ctx) -> Result<Vec<ToolGrantsView>> {
+    let mut tx = ctx.store.read().await?;
+    let mut views = Vec::new();
+    for bot in principals::list_bots(&mut tx).await? {
+        views.push(view_of(&mut tx, &bot).await?);
+    }
+    tx.commit().await?;
+    Ok(views)
+}
+
 /// Replaces a bot's whole set (`write:admin`, or the CLI) and records the
 /// change with its author `by`.
 pub async fn put(

@@ -87,7 +87,7 @@ pub async fn submit(
     if used.is_some()
         && let Some(existing) = issues::submission_by_key(&mut tx, grant.id, key).await?
     {
-        let answer = replay_or_conflict(&grant, existing, &content);
+        let answer = replay_or_conflict(ctx, &grant, existing, &content);
         tx.commit_answer(ctx, &answer).await?;
         return answer;
     }
@@ -124,7 +124,7 @@ pub async fn submit(
         Ok(Created::Blocked(blocked)) => {
             // Commit only the evaluation record: the request key stays unused.
             let answer = Err(Error::admission_blocked(
-                GrantView::from_row(&grant)?,
+                GrantView::from_row(&grant, &ctx.config.public_base())?,
                 blocked,
             ));
             tx.commit_answer(ctx, &answer).await?;
@@ -143,22 +143,27 @@ pub async fn submit(
     tx.commit(ctx, 201, None).await?;
     Ok(Receipt {
         outcome: Outcome::Created,
-        grant: GrantView::from_row(&row)?,
+        grant: GrantView::from_row(&row, &ctx.config.public_base())?,
         submission: SubmissionView::from_row(&receipt),
     })
 }
 
-fn replay_or_conflict(grant: &GrantRow, existing: SubmissionRow, content: &str) -> Result<Receipt> {
+fn replay_or_conflict(
+    ctx: &Ctx,
+    grant: &GrantRow,
+    existing: SubmissionRow,
+    content: &str,
+) -> Result<Receipt> {
     if existing.content_digest == content {
         Ok(Receipt {
             outcome: Outcome::Replayed,
-            grant: GrantView::from_row(grant)?,
+            grant: GrantView::from_row(grant, &ctx.config.public_base())?,
             submission: SubmissionView::from_row(&existing),
         })
     } else {
         Err(Error::refused(
             Refusal::RequestKeyConflict,
-            GrantView::from_row(grant)?,
+            GrantView::from_row(grant, &ctx.config.public_base())?,
         ))
     }
 }
@@ -177,7 +182,7 @@ async fn resolve_after_race(
     let existing = issues::submission_by_key(&mut tx, grant.id, input.request_key.as_str())
         .await?
         .ok_or_else(|| Error::Internal(anyhow::anyhow!("unique violation without a receipt")))?;
-    let answer = replay_or_conflict(&grant, existing, content);
+    let answer = replay_or_conflict(ctx, &grant, existing, content);
     tx.commit_answer(ctx, &answer).await?;
     answer
 }
@@ -211,7 +216,7 @@ async fn create(
 ) -> Result<Created> {
     let at = ctx.now();
     decide_submit(&facts(grant)?, &input.triple.digest, at).map_err(|r| {
-        GrantView::from_row(grant)
+        GrantView::from_row(grant, &ctx.config.public_base())
             .map(|g| Error::refused(r, g))
             .unwrap_or_else(Error::from)
     })?;
@@ -320,7 +325,7 @@ pub async fn readback(
     tx.commit_ok(ctx).await?;
     Ok(Receipt {
         outcome: Outcome::Replayed,
-        grant: GrantView::from_row(&grant)?,
+        grant: GrantView::from_row(&grant, &ctx.config.public_base())?,
         submission: SubmissionView::from_row(&receipt),
     })
 }

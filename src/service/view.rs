@@ -105,11 +105,15 @@ pub struct GrantView {
     pub revoke_reason: Option<String>,
     /// Latest persisted admission evaluation.
     pub admission: Option<AdmissionSummary>,
+    /// The grant's page, where a person reviews, approves or withdraws it
+    /// (on the configured public URL).
+    pub html_url: String,
 }
 
 impl GrantView {
-    /// From a stored grant; fails only if the stored proposal is not JSON.
-    pub fn from_row(g: &GrantRow) -> anyhow::Result<GrantView> {
+    /// From a stored grant, its page on the public URL `base` (no trailing
+    /// slash); fails only if the stored proposal is not JSON.
+    pub fn from_row(g: &GrantRow, base: &str) -> anyhow::Result<GrantView> {
         let user = |id: Option<i64>, login: &Option<String>| match (id, login) {
             (Some(id), Some(login)) => Some(UserRef {
                 id,
@@ -167,6 +171,10 @@ impl GrantView {
                 }
                 _ => None,
             },
+            html_url: format!(
+                "{base}/{}/{}/agent-work-grants/{}",
+                g.repo_owner, g.repo_name, g.id
+            ),
         })
     }
 }

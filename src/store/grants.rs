@@ -484,8 +484,9 @@ fn filter_condition(f: &GrantFilter<'_>) -> Cond {
     cond.add(Expr::col((Grants::Table, Grants::State)).is_in(f.states.iter().copied()))
 }
 
-/// Rows of the grants a filter matches, by id ascending, without a total
-/// (the dashboard); a counted page is [`super::grant_pages::list_page`].
+/// Rows of the grants a filter matches, newest (highest id) first, without
+/// a total (the dashboard); a counted page is
+/// [`super::grant_pages::list_page`].
 pub async fn list_grants(
     tx: &mut Tx,
     f: &GrantFilter<'_>,
@@ -494,7 +495,7 @@ pub async fn list_grants(
 ) -> StoreResult<Vec<GrantRow>> {
     let q = select_grant(tx.backend())
         .cond_where(filter_condition(f))
-        .order_by((Grants::Table, Grants::Id), Order::Asc)
+        .order_by((Grants::Table, Grants::Id), Order::Desc)
         .limit(limit)
         .offset(offset)
         .to_owned();

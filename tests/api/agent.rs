@@ -37,6 +37,10 @@ async fn confirm_approve_withdraw_happy_path(app: TestApp) {
     assert!(grant["approver"].is_null());
     assert!(grant["admission"].is_null());
     assert_eq!(grant["submission_count"], 0);
+    assert_eq!(
+        grant["html_url"],
+        format!("{}/{OWNER}/{REPO}/agent-work-grants/{id}", app.base)
+    );
     assert!(is_timestamp(&grant["created_at"]));
     assert!(is_timestamp(&grant["updated_at"]));
     for field in [

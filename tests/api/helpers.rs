@@ -182,6 +182,8 @@ pub struct TestApp {
     pub backend: Backend,
     /// A plain client: no cookies, no redirects followed.
     pub client: Client,
+    /// The demo dataset, when spawned with [`TestApp::spawn_demo`].
+    pub demo: Option<writ::service::demo::DemoInfo>,
     writ: writ::Writ,
     server: tokio::task::JoinHandle<()>,
     _db: DbGuard,
@@ -231,7 +233,14 @@ impl TestApp {
         configure: impl FnOnce(&mut writ::Config),
     ) -> TestApp {
         let (database_url, db) = new_database(backend).await;
-        TestApp::spawn_on(backend, database_url, db, configure).await
+        TestApp::spawn_on(backend, database_url, db, configure, false).await
+    }
+
+    /// Like [`TestApp::spawn`], with the demo dataset `serve --demo` seeds
+    /// into the empty database (before the admin is bootstrapped).
+    pub async fn spawn_demo(backend: Backend) -> TestApp {
+        let (database_url, db) = new_database(backend).await;
+        TestApp::spawn_on(backend, database_url, db, |_| {}, true).await
     }
 
     /// Like [`TestApp::spawn`], on a database first migrated only up to
@@ -240,7 +249,7 @@ impl TestApp {
     pub async fn spawn_upgraded(backend: Backend, version: i64, sql: &[&str]) -> TestApp {
         let (database_url, db) = new_database(backend).await;
         migrate_to(&database_url, version, sql).await;
-        TestApp::spawn_on(backend, database_url, db, |_| {}).await
+        TestApp::spawn_on(backend, database_url, db, |_| {}, false).await
     }
 
     /// Opens Writ on `database_url` (removed with `db`), serves it, and
@@ -250,6 +259,7 @@ impl TestApp {
         database_url: String,
         db: DbGuard,
         configure: impl FnOnce(&mut writ::Config),
+        seed_demo: bool,
     ) -> TestApp {
         init_logs();
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -265,6 +275,13 @@ impl TestApp {
         };
         configure(&mut config);
         let writ = writ::Writ::open(config).await.expect("open Writ");
+        let demo = if seed_demo {
+            writ::service::demo::seed_if_empty(writ.ctx())
+                .await
+                .expect("seed the demo")
+        } else {
+            None
+        };
         let admin_token = writ
             .bootstrap_admin(ADMIN_LOGIN, Some(ADMIN_PASSWORD))
             .await
@@ -281,6 +298,7 @@ impl TestApp {
             admin_token,
             backend,
             client: plain_client(false),
+            demo,
             writ,
             server,
             _db: db,

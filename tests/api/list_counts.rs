@@ -264,7 +264,7 @@ impl<'w, 'a> Ledger<'w, 'a> {
             for n in 1..=pages + 1 {
                 let path = format!("/{OWNER}/{repo}/agent-work-grants?state={filter}&page={n}");
                 let resp = self.world.alice.get_page(&path).await;
-                let (ids, total) = repo_page(&resp, repo);
+                let (ids, total) = repo_page(&resp);
                 let start = Ord::min((n - 1) * 30, want.len());
                 let end = Ord::min(n * 30, want.len());
                 assert_eq!(
@@ -279,20 +279,24 @@ impl<'w, 'a> Ledger<'w, 'a> {
 
 /// The grant ids and the total of a repository's grant list page.
 #[track_caller]
-fn repo_page(resp: &Resp, repo: &str) -> (Vec<i64>, u64) {
+fn repo_page(resp: &Resp) -> (Vec<i64>, u64) {
     resp.assert_status(200);
+    let number_after = |rest: &str| -> u64 {
+        rest.split('"')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no number in {}", resp.body))
+    };
     let total = resp
         .body
-        .split_once(" grant(s).</p>")
-        .and_then(|(head, _)| head.rsplit_once("<p>"))
-        .and_then(|(_, n)| n.parse().ok())
+        .split_once("data-total=\"")
+        .map(|(_, rest)| number_after(rest))
         .unwrap_or_else(|| panic!("no total in {}", resp.body));
-    let marker = format!("<tr><td><a href=\"/{OWNER}/{repo}/agent-work-grants/");
     let ids = resp
         .body
-        .split(&marker)
+        .split("data-grant-id=\"")
         .skip(1)
-        .map(|rest| rest.split('"').next().unwrap().parse().expect("grant id"))
+        .map(|rest| number_after(rest) as i64)
         .collect();
     (ids, total)
 }

@@ -57,6 +57,7 @@ mod admission;
 mod agent;
 mod bad_input;
 mod catalogue;
+mod demo;
 mod digest;
 mod edge;
 mod errors;

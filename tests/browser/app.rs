@@ -214,6 +214,18 @@ impl TestApp {
             .assert_status(201);
     }
 
+    /// A human who is a site administrator and an admin of alice/widgets.
+    pub async fn add_site_admin(&self, login: &str, password: &str) {
+        let body = json!({"login": login, "kind": "human", "password": password, "is_admin": true});
+        self.admin(Method::POST, "/api/v1/admin/users", body)
+            .await
+            .assert_status(201);
+        let path = format!("/api/v1/repos/{OWNER}/{REPO}/collaborators/{login}");
+        self.admin(Method::PUT, &path, json!({"permission": "admin"}))
+            .await
+            .assert_status(204);
+    }
+
     /// The admin sets an MCP's health.
     pub async fn set_mcp_health(&self, mcp_id: &str, installed: bool, healthy: bool) {
         let path = format!("/api/v1/admin/mcp/{mcp_id}/health");
@@ -260,6 +272,26 @@ impl TestApp {
         let resp = self.confirm_with(id, &digest).await;
         resp.assert_status(200);
         resp.json()["grant"].clone()
+    }
+
+    /// builder-bot files an issue under grant `id` with a new request key;
+    /// expects 201: the response.
+    pub async fn submit(&self, id: i64, title: &str) -> Value {
+        let grant = self.grant(id).await;
+        let body = json!({
+            "proposal_schema": "agent_work_grant.v1",
+            "proposal_version": 1,
+            "proposal_digest": grant["proposal_digest"],
+            "request_key": uuid::Uuid::new_v4().to_string(),
+            "title": title,
+            "body": "Found while working under the grant.",
+        });
+        let path = format!("{}/issues", grant_path(id));
+        let resp = self
+            .send(Method::POST, &path, &self.bot_token, Some(body))
+            .await;
+        resp.assert_status(201);
+        resp.json()
     }
 
     /// Every grant of builder-bot, in any state.

@@ -107,6 +107,13 @@ impl Chromedriver {
 
     /// Opens a new headless Chromium session with a fresh profile.
     pub async fn session(&self) -> Client {
+        self.session_with(&[], None).await
+    }
+
+    /// A session with more Chromium arguments and, if given, a
+    /// `mobileEmulation` (a phone's viewport: headless Chromium clamps
+    /// `--window-size` widths below ~500 px).
+    pub async fn session_with(&self, extra_args: &[&str], mobile: Option<Value>) -> Client {
         std::fs::create_dir_all(&self.profile).expect("create the Chromium profile dir");
         let mut args = vec![
             "--headless=new".to_owned(),
@@ -122,7 +129,11 @@ impl Chromedriver {
             format!("--user-data-dir={}", self.profile.display()),
         ];
         args.push("--lang=en-US".to_owned());
+        args.extend(extra_args.iter().map(|a| (*a).to_owned()));
         let mut options = json!({ "args": args });
+        if let Some(mobile) = mobile {
+            options["mobileEmulation"] = mobile;
+        }
         if Path::new(CHROMIUM).exists() {
             options["binary"] = json!(CHROMIUM);
         }
@@ -176,6 +187,13 @@ impl Web {
             .goto(&url)
             .await
             .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        self.check_accessibility().await;
+    }
+
+    /// Runs axe-core on the page now shown ([`crate::axe`]).
+    pub async fn check_accessibility(&self) {
+        let path = self.path().await;
+        crate::axe::check(&self.c, &self.shots, &path).await;
     }
 
     /// The current URL.
@@ -295,6 +313,7 @@ impl Web {
                 )
                 .await;
             if matches!(loaded, Ok(Value::Bool(true))) {
+                self.check_accessibility().await;
                 return;
             }
             assert!(
@@ -368,9 +387,11 @@ impl Web {
             .await;
     }
 
-    /// The state badge of the grant page.
+    /// The state of the grant page's badge (`awaiting_agent`, ...).
     pub async fn grant_state(&self) -> String {
-        self.text_of("#grant-state").await.trim().to_owned()
+        self.attr("#grant-state", "data-state")
+            .await
+            .unwrap_or_else(|| panic!("the state badge has no data-state"))
     }
 
     /// The value of a hidden input of the form posting to an action ending

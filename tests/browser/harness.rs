@@ -25,8 +25,28 @@ fn env_set(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| !v.is_empty())
 }
 
-/// Runs `body` on `backend`, or reports why it is skipped.
+/// The browser a test runs in.
+#[derive(Debug, Clone, Copy)]
+pub enum Device {
+    /// A 1280×900 desktop window, light colour scheme.
+    Desktop,
+    /// A phone, 390×844 CSS pixels (Chromium's mobile emulation), in the
+    /// dark colour scheme when `dark`.
+    Phone { dark: bool },
+}
+
+/// Runs `body` on `backend` in a desktop browser, or reports why it is
+/// skipped.
 pub async fn run<F, Fut>(name: &str, backend: Backend, body: F)
+where
+    F: FnOnce(Case) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    run_on(name, backend, Device::Desktop, body).await
+}
+
+/// Runs `body` on `backend` in the browser `device`.
+pub async fn run_on<F, Fut>(name: &str, backend: Backend, device: Device, body: F)
 where
     F: FnOnce(Case) -> Fut,
     Fut: Future<Output = ()>,
@@ -54,7 +74,23 @@ where
     let driver = Chromedriver::start(&chromedriver).await;
     let mut app = TestApp::spawn(backend).await;
     app.fixture().await;
-    let client = driver.session().await;
+    let client = match device {
+        Device::Desktop => driver.session().await,
+        Device::Phone { dark } => {
+            let phone = serde_json::json!({
+                "deviceMetrics": {"width": 390, "height": 844, "pixelRatio": 3.0, "touch": true, "mobile": true},
+            });
+            let args: &[&str] = if dark {
+                &[
+                    "--force-dark-mode",
+                    "--blink-settings=preferredColorScheme=0",
+                ]
+            } else {
+                &[]
+            };
+            driver.session_with(args, Some(phone)).await
+        }
+    };
     let web = Web::new(client.clone(), &app.base, shots.clone());
     let outcome = AssertUnwindSafe(tokio::time::timeout(
         TEST_TIME_LIMIT,

@@ -14,12 +14,39 @@
 //!   it, failed with `WRIT_TEST_REQUIRE_POSTGRES` set), as in `tests/api`.
 //! - Screenshots of the pages in each state go to
 //!   `test-output/browser/<test>-<backend>/NN-<state>.png`.
+//! - axe-core checks every page state a test visits ([`axe`]); its
+//!   findings go to `test-output/browser/<test>-<backend>/axe.jsonl`.
 //!
 //! Run: `cargo nextest run --test browser` (or `cargo test --test browser`).
 
 /// `both_backends!(name);` next to `async fn name(case: Case) { ... }`
 /// generates the module `name` with the tests `sqlite` and `postgres`.
 macro_rules! both_backends {
+    ($name:ident, $device:expr) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                crate::harness::run_on(
+                    stringify!($name),
+                    crate::app::Backend::Sqlite,
+                    $device,
+                    super::$name,
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                crate::harness::run_on(
+                    stringify!($name),
+                    crate::app::Backend::Postgres,
+                    $device,
+                    super::$name,
+                )
+                .await;
+            }
+        }
+    };
     ($name:ident) => {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,6 +69,7 @@ macro_rules! both_backends {
 }
 
 mod app;
+mod axe;
 /// The same per-test databases as the HTTP tests (one file, shared).
 #[allow(dead_code)]
 #[path = "../api/db.rs"]
@@ -51,4 +79,5 @@ mod harness;
 
 mod forms;
 mod grants;
+mod pages;
 mod sessions;

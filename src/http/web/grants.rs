@@ -9,10 +9,12 @@ use axum_extra::extract::CookieJar;
 use serde::Deserialize;
 
 use super::grant_form::{self, GrantFormPost};
+use super::present::{self, ProposalText};
 use super::templates::{self, FieldValues};
 use super::{chrome, form_session, html, not_found_page, refusal, signed_in};
-use crate::domain::grant::Refusal;
+use crate::domain::grant::{GrantState, Refusal};
 use crate::domain::ids::{GrantId, is_reserved};
+use crate::domain::words;
 use crate::service::forms::{self, FormTarget};
 use crate::service::sessions::WebSession;
 use crate::service::{Ctx, Error, pages};
@@ -73,23 +75,29 @@ pub(super) async fn repo_grants(
     );
     let chrome = try_page!(&ctx, &session, chrome(&ctx, &session, None).await);
     let last = (data.page.total.max(0) as u64).div_ceil(limit).max(1);
+    let full_name = data.repo.full_name();
+    let now = ctx.now();
+    let mut states = vec![("open", "Open (not withdrawn)")];
+    states.extend(GrantState::ALL.map(|s| (s.as_str(), words::state_label(s))));
+    states.push(("all", "All"));
     html(
         StatusCode::OK,
         templates::RepoGrantsPage {
-            chrome,
-            full_name: data.repo.full_name(),
+            chrome: chrome.in_repo(&full_name, &[]),
             can_prepare: data.perm >= crate::domain::access::Permission::Write,
-            states: vec![
-                ("open", "Open (not withdrawn)"),
-                ("awaiting_agent", "Awaiting agent"),
-                ("awaiting_human", "Awaiting approval"),
-                ("active", "Active"),
-                ("revoked", "Withdrawn"),
-                ("all", "All"),
-            ],
+            is_admin: data.perm == crate::domain::access::Permission::Admin,
+            full_name,
+            states,
             state,
             total: data.page.total,
-            grants: data.page.items,
+            cards: data
+                .page
+                .items
+                .iter()
+                .map(|g| present::card(g, None, &[], now))
+                .collect(),
+            page,
+            last_page: last,
             prev_page: (page > 1).then(|| page - 1),
             next_page: (page < last).then(|| page + 1),
         },
@@ -111,6 +119,9 @@ async fn new_grant_form(
         pages::new_grant_page(ctx, session, owner, repo).await
     );
     let chrome = try_page!(ctx, session, chrome(ctx, session, None).await);
+    let full_name = data.repo.full_name();
+    let here = format!("/{full_name}/agent-work-grants/new");
+    let chrome = chrome.in_repo(&full_name, &[(here.as_str(), "Prepare a grant")]);
     let fields = FieldValues {
         max_submissions: if fields.max_submissions.is_empty() {
             "10".into()
@@ -128,7 +139,7 @@ async fn new_grant_form(
         status,
         templates::NewGrantPage {
             chrome,
-            full_name: data.repo.full_name(),
+            full_name,
             nonce: data.nonce,
             bots: data.bots,
             fields,
@@ -214,8 +225,9 @@ async fn render_grant(
         pages::grant_page(ctx, session, owner, repo, id).await
     );
     let chrome = try_page!(ctx, session, chrome(ctx, session, notice).await);
-    let proposal: serde_json::Value =
-        serde_json::from_str(data.grant.proposal.get()).unwrap_or_default();
+    let now = ctx.now();
+    let text = ProposalText::of(&data.grant);
+    let proposal = &text.json;
     let fields = FieldValues {
         agent: proposal["agent"]["login"].as_str().unwrap_or("").to_owned(),
         task: proposal["task"].as_str().unwrap_or("").to_owned(),
@@ -233,14 +245,52 @@ async fn render_grant(
             .unwrap_or_default(),
         ),
     };
+    let g = &data.grant;
+    let full_name = g.repository.full_name.clone();
+    let (here, label) = (present::grant_path(g), format!("Grant #{}", g.id));
+    let chrome = chrome.in_repo(&full_name, &[(here.as_str(), label.as_str())]);
     html(
         status,
         templates::GrantPage {
             chrome,
-            max_submissions: proposal["limits"]["max_submissions"].as_i64().unwrap_or(0),
-            proposal_pretty: serde_json::to_string_pretty(&proposal).unwrap_or_default(),
-            grant: data.grant,
-            events: data.events,
+            said: present::state_of(g, &text, now),
+            max_submissions: text.max_submissions,
+            expires: text
+                .expires_at
+                .map(|at| templates::When::of(&at.to_text(), now)),
+            expired: text.expired(now),
+            created: templates::When::of(&g.created_at, now),
+            reach: present::reach(&data.admission.decisions),
+            approving_does: present::approving_does(g, &text, now),
+            timeline: data
+                .events
+                .iter()
+                .map(|e| {
+                    present::timeline_line(
+                        &e.event,
+                        &e.actor_login,
+                        e.detail.as_deref(),
+                        &e.at,
+                        e.state_revision,
+                        now,
+                    )
+                })
+                .collect(),
+            receipts: data
+                .receipts
+                .iter()
+                .map(|r| templates::ReceiptRow {
+                    line: present::receipt_line(r, now),
+                    request_key: r.request_key.clone(),
+                    admission: r
+                        .admission
+                        .as_ref()
+                        .map(|a| format!("{} (evaluation {})", a.status, a.evaluation_id)),
+                })
+                .collect(),
+            proposal_pretty: serde_json::to_string_pretty(proposal).unwrap_or_default(),
+            summary: text.summary.clone(),
+            task: text.task.clone(),
             edit_nonce: data.edit_nonce,
             approve_nonce: data.approve_nonce,
             withdraw_nonce: data.withdraw_nonce,
@@ -252,7 +302,7 @@ async fn render_grant(
             admission: data.admission,
             viewer_is_admin: data.viewer_is_admin,
             fs_nonce: data.fs_nonce,
-            receipts: data.receipts,
+            grant: data.grant,
         },
     )
 }
@@ -519,7 +569,19 @@ pub(super) async fn issue_page(
         Err(e) => return refusal(&ctx, &session, e).await,
     };
     match chrome(&ctx, &session, None).await {
-        Ok(chrome) => html(StatusCode::OK, templates::IssuePage { chrome, issue }),
+        Ok(chrome) => {
+            let full_name = issue.repository.full_name.clone();
+            let here = format!("/{full_name}/issues/{index}");
+            let label = format!("Issue #{index}");
+            html(
+                StatusCode::OK,
+                templates::IssuePage {
+                    chrome: chrome.in_repo(&full_name, &[(here.as_str(), label.as_str())]),
+                    created: templates::When::of(&issue.created_at, ctx.now()),
+                    issue,
+                },
+            )
+        }
         Err(e) => refusal(&ctx, &session, e).await,
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod form_utf8;
 pub mod grant_form;
+pub mod present;
 pub mod security;
 pub mod settings;
 pub mod templates;
@@ -20,8 +21,10 @@ use axum_extra::extract::CookieJar;
 use axum_extra::extract::cookie::{Cookie, SameSite};
 use serde::Deserialize;
 
+use crate::domain::access::Permission;
 use crate::service::sessions::{self, LoginFailure, NewCookie, WebSession};
 use crate::service::{Ctx, Error, pages};
+use crate::store::repos::RepoRow;
 use templates::{Chrome, ErrorPage};
 
 const COOKIE: &str = "writ_session";
@@ -30,6 +33,8 @@ const COOKIE: &str = "writ_session";
 pub fn routes() -> Router<Ctx> {
     Router::new()
         .route("/", get(dashboard))
+        .route("/repositories", get(repositories))
+        .route("/{owner}/{repo}", get(grants::repo_grants))
         .route("/user/login", get(login_page).post(login))
         .route("/user/logout", post(logout))
         .route("/static/writ.css", get(stylesheet))
@@ -61,7 +66,9 @@ pub fn routes() -> Router<Ctx> {
             "/{owner}/{repo}/settings/filesystem-context",
             get(settings::fs_context_page).post(settings::fs_context_change),
         )
+        .route("/admin", get(settings::admin))
         .route("/admin/mcp", get(settings::admin_mcp))
+        .route("/admin/tool-grants", get(settings::admin_tool_grants))
         .route("/{owner}/{repo}/issues/{index}", get(grants::issue_page))
         .layer(axum::middleware::from_fn(form_utf8::refuse_invalid_utf8))
 }
@@ -183,8 +190,10 @@ pub(crate) async fn chrome(
     };
     Ok(Chrome {
         login,
+        is_admin: session.user.as_ref().is_some_and(|u| u.is_admin),
         logout_nonce,
         notice,
+        crumbs: Vec::new(),
     })
 }
 
@@ -271,13 +280,87 @@ async fn dashboard(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
     };
     let d = try_page!(&ctx, &session, pages::dashboard(&ctx, &session).await);
     let chrome = try_page!(&ctx, &session, chrome(&ctx, &session, None).await);
+    let now = ctx.now();
+    let section = |id, title, empty, s: pages::DashboardSection| templates::Section {
+        id,
+        title,
+        total: s.total,
+        more: s.total > s.grants.len() as i64,
+        empty,
+        cards: s
+            .grants
+            .into_iter()
+            .map(|g| present::card(&g.grant, g.blocked, &g.receipts, now))
+            .collect(),
+    };
+    let sections = vec![
+        section(
+            "awaiting-me",
+            "Waiting for my approval",
+            "Nothing waits for your approval.",
+            d.awaiting_me,
+        ),
+        section(
+            "awaiting-agent",
+            "Waiting on an agent",
+            "No grant waits for a bot's confirmation.",
+            d.awaiting_agent,
+        ),
+        section("active", "Active", "No grant is active.", d.active),
+        section(
+            "finished",
+            "Recently finished",
+            "No grant has been withdrawn.",
+            d.finished,
+        ),
+    ];
+    let nothing_yet = sections.iter().all(|s| s.total == 0);
+    let prepare_href = d
+        .repos
+        .iter()
+        .find(|(_, p)| *p >= Permission::Write)
+        .map(|(r, _)| format!("/{}/agent-work-grants/new", r.full_name()));
     html(
         StatusCode::OK,
         templates::DashboardPage {
             chrome,
-            awaiting_me: d.awaiting_me,
-            issued: d.issued,
-            repos: d.repos,
+            sections,
+            nothing_yet,
+            prepare_href,
+            repos: repo_lines(&d.repos, &session),
+        },
+    )
+}
+
+/// Repositories with the person's role on each.
+fn repo_lines(repos: &[(RepoRow, Permission)], session: &WebSession) -> Vec<templates::RepoLine> {
+    let me = session.user.as_ref().map(|u| u.id);
+    repos
+        .iter()
+        .map(|(r, p)| templates::RepoLine {
+            full_name: r.full_name(),
+            private: r.private,
+            role: if Some(r.owner_id) == me {
+                "owner"
+            } else {
+                p.as_str()
+            },
+        })
+        .collect()
+}
+
+async fn repositories(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
+    let session = match signed_in(&ctx, &jar).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let repos = try_page!(&ctx, &session, pages::repositories(&ctx, &session).await);
+    let chrome = try_page!(&ctx, &session, chrome(&ctx, &session, None).await);
+    html(
+        StatusCode::OK,
+        templates::RepositoriesPage {
+            chrome: chrome.at(&[("/repositories", "Repositories")]),
+            repos: repo_lines(&repos, &session),
         },
     )
 }

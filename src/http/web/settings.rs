@@ -1,4 +1,5 @@
-//! Repository settings (project filesystem context) and the MCP health page.
+//! Repository settings (project filesystem context) and the admin pages
+//! (MCP health, bots' tool grants).
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -12,7 +13,7 @@ use super::{chrome, error_response, form_session, html, not_found_page, refusal,
 use crate::domain::admission::fs_context::FS_CAPABILITIES;
 use crate::domain::ids::is_reserved;
 use crate::service::sessions::WebSession;
-use crate::service::{Ctx, Error, fs_context, health};
+use crate::service::{Ctx, Error, fs_context, health, policy};
 
 async fn render(
     ctx: &Ctx,
@@ -30,11 +31,14 @@ async fn render(
         Ok(c) => c,
         Err(e) => return error_response(&e, Chrome::default()),
     };
+    let full_name = page.repo.full_name();
+    let here = format!("/{full_name}/settings/filesystem-context");
+    let chrome = chrome.in_repo(&full_name, &[(here.as_str(), "Project filesystem context")]);
     html(
         status,
         templates::FsContextPage {
             chrome,
-            full_name: page.repo.full_name(),
+            full_name,
             current: page.current,
             capabilities: FS_CAPABILITIES
                 .iter()
@@ -123,22 +127,43 @@ pub async fn fs_context_change(
     }
 }
 
+/// A site admin's session and page frame at `crumbs`; anyone else gets the
+/// 404 page, as if the page did not exist.
+async fn admin_frame(
+    ctx: &Ctx,
+    jar: &CookieJar,
+    crumbs: &[(&str, &str)],
+) -> Result<(WebSession, Chrome), Response> {
+    let session = signed_in(ctx, jar).await?;
+    if !session.user.as_ref().is_some_and(|u| u.is_admin) {
+        return Err(refusal(ctx, &session, Error::NotFound).await);
+    }
+    match chrome(ctx, &session, None).await {
+        Ok(c) => Ok((session, c.at(crumbs))),
+        Err(e) => Err(error_response(&e, Chrome::default())),
+    }
+}
+
+const ADMIN: (&str, &str) = ("/admin", "Admin");
+
+/// `GET /admin` (site admins): where the admin pages are.
+pub async fn admin(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
+    match admin_frame(&ctx, &jar, &[ADMIN]).await {
+        Ok((_, chrome)) => html(StatusCode::OK, templates::AdminPage { chrome }),
+        Err(r) => r,
+    }
+}
+
 /// `GET /admin/mcp` (site admins)
 pub async fn admin_mcp(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
-    let session = match signed_in(&ctx, &jar).await {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    if !session.user.as_ref().is_some_and(|u| u.is_admin) {
-        return refusal(&ctx, &session, Error::NotFound).await;
-    }
+    let (session, chrome) =
+        match admin_frame(&ctx, &jar, &[ADMIN, ("/admin/mcp", "MCP health")]).await {
+            Ok(v) => v,
+            Err(r) => return r,
+        };
     let report = match health::report(&ctx).await {
         Ok(r) => r,
         Err(e) => return refusal(&ctx, &session, e).await,
-    };
-    let chrome = match chrome(&ctx, &session, None).await {
-        Ok(c) => c,
-        Err(e) => return error_response(&e, Chrome::default()),
     };
     html(
         StatusCode::OK,
@@ -148,6 +173,20 @@ pub async fn admin_mcp(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
             catalog_text: ctx.catalog.text.clone(),
         },
     )
+}
+
+/// `GET /admin/tool-grants` (site admins): each bot's MCP tool grants, read
+/// only (they are changed with the CLI or the admin API).
+pub async fn admin_tool_grants(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
+    let crumbs = [ADMIN, ("/admin/tool-grants", "Bots' MCP tool grants")];
+    let (session, chrome) = match admin_frame(&ctx, &jar, &crumbs).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    match policy::every_bot(&ctx).await {
+        Ok(bots) => html(StatusCode::OK, templates::ToolGrantsPage { chrome, bots }),
+        Err(e) => refusal(&ctx, &session, e).await,
+    }
 }
 
 /// The same-origin page a form was posted from (its path and query), so the

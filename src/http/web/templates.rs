@@ -3,20 +3,143 @@
 use askama::Template;
 
 use crate::domain::admission::Decision;
+use crate::domain::time::Timestamp;
+use crate::domain::words;
 
 use crate::service::view::GrantView;
-use crate::store::grants::GrantEventRow;
-use crate::store::repos::RepoRow;
 
 /// What every page's frame shows.
 #[derive(Debug, Default)]
 pub struct Chrome {
     /// The signed-in login.
     pub login: Option<String>,
+    /// The signed-in person is a site administrator (the Admin link).
+    pub is_admin: bool,
     /// Nonce of the logout form.
     pub logout_nonce: String,
     /// A banner (e.g. "this grant changed since you opened it").
     pub notice: Option<String>,
+    /// Where this page stands, from the dashboard; the last is this page.
+    pub crumbs: Vec<Crumb>,
+}
+
+impl Chrome {
+    /// The frame of a page of repository `full_name`: its crumb, then
+    /// `rest` (each `(href, label)`, this page last).
+    pub fn in_repo(self, full_name: &str, rest: &[(&str, &str)]) -> Chrome {
+        let home = format!("/{full_name}");
+        let mut crumbs = vec![(home.as_str(), full_name)];
+        crumbs.extend_from_slice(rest);
+        self.at(&crumbs)
+    }
+
+    /// The frame with breadcrumbs: each `(href, label)`, this page last.
+    pub fn at(mut self, crumbs: &[(&str, &str)]) -> Chrome {
+        self.crumbs = crumbs
+            .iter()
+            .map(|(href, label)| Crumb {
+                href: (*href).to_owned(),
+                label: (*label).to_owned(),
+            })
+            .collect();
+        self
+    }
+}
+
+/// One step of the breadcrumbs.
+#[derive(Debug, Clone)]
+pub struct Crumb {
+    pub href: String,
+    pub label: String,
+}
+
+/// A time as people read it: relative, with the exact UTC time on hover.
+#[derive(Template, Debug, Clone)]
+#[template(
+    source = r#"<time datetime="{{ iso }}" title="{{ exact }}">{{ relative }}</time>"#,
+    ext = "html"
+)]
+pub struct When {
+    iso: String,
+    exact: String,
+    relative: String,
+}
+
+impl When {
+    /// A stored time (`2026-12-05T16:54:07.123456Z`) relative to `now`.
+    pub fn of(stored: &str, now: Timestamp) -> When {
+        match Timestamp::parse_text(stored) {
+            Some(at) => When {
+                iso: at.to_proposal_text(),
+                exact: words::exact(at),
+                relative: words::relative(at, now),
+            },
+            None => When {
+                iso: String::new(),
+                exact: String::new(),
+                relative: stored.to_owned(),
+            },
+        }
+    }
+}
+
+/// A badge and its sentence ([`words`]).
+#[derive(Debug, Clone)]
+pub struct Said {
+    pub badge: &'static str,
+    pub tone: &'static str,
+    pub sentence: String,
+}
+
+impl From<words::Words> for Said {
+    fn from(w: words::Words) -> Said {
+        Said {
+            badge: w.badge,
+            tone: w.tone,
+            sentence: w.sentence,
+        }
+    }
+}
+
+/// A grant in a list: where, who, what, its state in words.
+#[derive(Debug, Clone)]
+pub struct GrantCard {
+    pub id: i64,
+    pub href: String,
+    pub repository: String,
+    pub agent: String,
+    pub issuer: String,
+    /// The proposal's summary (or the start of its task).
+    pub title: String,
+    pub state: &'static str,
+    pub said: Said,
+    pub updated: When,
+    /// Why the admission blocks it, when it does.
+    pub blocked: Option<String>,
+    /// Its latest receipts, newest first.
+    pub receipts: Vec<ReceiptLine>,
+}
+
+/// A receipt in a list: the issue it filed, its outcome in words.
+#[derive(Debug, Clone)]
+pub struct ReceiptLine {
+    pub issue_href: String,
+    pub issue_label: String,
+    pub said: Said,
+    pub at: When,
+}
+
+/// A dashboard section: how many, the first few, a link to the rest.
+#[derive(Debug, Clone)]
+pub struct Section {
+    pub id: &'static str,
+    pub title: &'static str,
+    pub total: i64,
+    pub cards: Vec<GrantCard>,
+    /// There are more than the cards shown.
+    pub more: bool,
+    /// Said when the section is empty.
+    pub empty: &'static str,
 }
 
 /// `/user/login`
@@ -42,22 +165,46 @@ pub struct ErrorPage {
 #[template(path = "dashboard.html")]
 pub struct DashboardPage {
     pub chrome: Chrome,
-    pub awaiting_me: Vec<GrantView>,
-    pub issued: Vec<GrantView>,
-    pub repos: Vec<RepoRow>,
+    /// Needs me, waits on an agent, active, recently finished.
+    pub sections: Vec<Section>,
+    /// No grant in any section.
+    pub nothing_yet: bool,
+    /// The prepare page of the first repository the person may write to.
+    pub prepare_href: Option<String>,
+    pub repos: Vec<RepoLine>,
 }
 
-/// `/{owner}/{repo}/agent-work-grants`
+/// A repository in a list, with the person's role on it.
+#[derive(Debug, Clone)]
+pub struct RepoLine {
+    pub full_name: String,
+    pub private: bool,
+    /// `owner`, `admin`, `write` or `read`.
+    pub role: &'static str,
+}
+
+/// `/repositories`
+#[derive(Template)]
+#[template(path = "repositories.html")]
+pub struct RepositoriesPage {
+    pub chrome: Chrome,
+    pub repos: Vec<RepoLine>,
+}
+
+/// `/{owner}/{repo}` and `/{owner}/{repo}/agent-work-grants`
 #[derive(Template)]
 #[template(path = "repo_grants.html")]
 pub struct RepoGrantsPage {
     pub chrome: Chrome,
     pub full_name: String,
     pub can_prepare: bool,
+    pub is_admin: bool,
     pub states: Vec<(&'static str, &'static str)>,
     pub state: String,
     pub total: i64,
-    pub grants: Vec<GrantView>,
+    pub cards: Vec<GrantCard>,
+    pub page: u64,
+    pub last_page: u64,
     pub prev_page: Option<u64>,
     pub next_page: Option<u64>,
 }
@@ -115,8 +262,20 @@ pub struct NewGrantPage {
 pub struct GrantPage {
     pub chrome: Chrome,
     pub grant: GrantView,
+    /// The state in words.
+    pub said: Said,
+    pub summary: String,
+    pub task: String,
     pub max_submissions: i64,
-    pub events: Vec<GrantEventRow>,
+    pub expires: Option<When>,
+    pub expired: bool,
+    pub created: When,
+    /// Each MCP requirement in words with its admission outcome.
+    pub reach: Vec<ReachLine>,
+    /// What approving does, in one sentence (while it can be approved).
+    pub approving_does: Option<String>,
+    pub timeline: Vec<TimelineLine>,
+    pub receipts: Vec<ReceiptRow>,
     pub proposal_pretty: String,
     pub edit_nonce: Option<String>,
     pub approve_nonce: Option<String>,
@@ -129,7 +288,34 @@ pub struct GrantPage {
     pub sections: AdmissionSections,
     pub fs_nonce: Option<String>,
     pub fs_needed: Vec<(&'static str, bool)>,
-    pub receipts: Vec<crate::service::view::SubmissionView>,
+}
+
+/// One MCP requirement in words, with its admission outcome.
+#[derive(Debug, Clone)]
+pub struct ReachLine {
+    pub badge: &'static str,
+    pub tone: &'static str,
+    /// "reviewer needs filesystem (filesystem.project.read)"
+    pub what: String,
+    /// The outcome's headline.
+    pub headline: &'static str,
+}
+
+/// A timeline entry in words.
+#[derive(Debug, Clone)]
+pub struct TimelineLine {
+    pub sentence: String,
+    pub at: When,
+    pub revision: i64,
+}
+
+/// A receipt on the grant page.
+#[derive(Debug, Clone)]
+pub struct ReceiptRow {
+    pub line: ReceiptLine,
+    pub request_key: String,
+    /// The handoff admission's status and evaluation.
+    pub admission: Option<String>,
 }
 
 /// The admission preview split by the four questions a grant page answers.
@@ -192,6 +378,21 @@ pub struct FsContextPage {
     pub error: Option<String>,
 }
 
+/// `/admin`
+#[derive(Template)]
+#[template(path = "admin.html")]
+pub struct AdminPage {
+    pub chrome: Chrome,
+}
+
+/// `/admin/tool-grants`: each bot's MCP tool grants, read only.
+#[derive(Template)]
+#[template(path = "admin_tool_grants.html")]
+pub struct ToolGrantsPage {
+    pub chrome: Chrome,
+    pub bots: Vec<crate::service::policy::ToolGrantsView>,
+}
+
 /// `/admin/mcp`
 #[derive(Template)]
 #[template(path = "admin_mcp.html")]
@@ -206,5 +407,6 @@ pub struct AdminMcpPage {
 #[template(path = "issue.html")]
 pub struct IssuePage {
     pub chrome: Chrome,
+    pub created: When,
     pub issue: crate::service::view::IssueView,
 }

@@ -26,11 +26,15 @@ async fn fs_history(browser: &Browser) -> Vec<Vec<String>> {
     let body_end = rest.find("</tbody>").expect("</tbody>");
     rest[body_start + 7..body_end]
         .split("<tr>")
-        .filter(|row| row.contains("<td>"))
+        .filter(|row| row.contains("<td"))
         .map(|row| {
-            row.split("<td>")
+            // Each cell is `<td data-label="…">text</td>`.
+            row.split("<td")
                 .skip(1)
-                .map(|cell| cell.split("</td>").next().unwrap_or("").trim().to_owned())
+                .map(|cell| {
+                    let text = cell.split_once('>').map_or("", |(_, text)| text);
+                    text.split("</td>").next().unwrap_or("").trim().to_owned()
+                })
                 .collect()
         })
         .collect()

@@ -162,6 +162,18 @@ fn routes(doc: &Value, fx: &Fixture<'_>) -> Vec<WebRoute> {
         bare("/metrics", Session::Alice),
         bare("/docs/errors", Session::Alice),
         bare("/admin/mcp", Session::Root),
+        bare("/admin", Session::Root),
+        bare("/admin/tool-grants", Session::Root),
+        bare("/repositories", Session::Alice),
+        page(
+            "/{owner}/{repo}",
+            Session::Alice,
+            vec![owner(), repo()],
+            vec![
+                Param::new("state", states.clone(), "all".to_owned()),
+                Param::new("page", json!({"type": "string"}), "1".to_owned()),
+            ],
+        ),
         page(
             "/{owner}/{repo}/agent-work-grants",
             Session::Alice,

@@ -42,6 +42,17 @@ async fn confirm_approve_submit_replay_and_read_back(app: TestApp) {
     let now = world.grant(id).await;
     assert_eq!(now["state"], "awaiting_human");
     assert_eq!(body["grant"], now);
+    // The answer says where a person approves: the grant's page.
+    let page = format!("{}/{OWNER}/{REPO}/agent-work-grants/{id}", app.base);
+    assert_eq!(body["grant"]["html_url"], page.as_str());
+    assert_eq!(confirmed.said.len(), 1, "{:?}", confirmed.said);
+    assert!(
+        confirmed.said[0].contains(&format!("approve it at {page}")),
+        "{:?}",
+        confirmed.said
+    );
+    // Other tools' answers carry the JSON only.
+    assert!(read.said.is_empty(), "{:?}", read.said);
 
     // alice approves in the browser.
     world.approve(id).await.assert_status(303);

@@ -109,6 +109,8 @@ struct ToolResult {
     is_error: bool,
     /// `structuredContent`.
     content: Value,
+    /// Text content after the JSON: what the agent should tell its human.
+    said: Vec<String>,
 }
 
 impl ToolResult {
@@ -254,9 +256,20 @@ fn tool_result(result: &Value) -> ToolResult {
         .unwrap_or_else(|| panic!("no text content: {result}"));
     let as_text: Value = serde_json::from_str(text).expect("text content is JSON");
     assert_eq!(as_text, content, "text and structured content differ");
+    let said = result["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .skip(1)
+                .filter_map(|b| b["text"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
     ToolResult {
         is_error: result["isError"].as_bool().unwrap_or(false),
         content,
+        said,
     }
 }
 
