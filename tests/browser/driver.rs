@@ -190,8 +190,12 @@ impl Web {
         self.check_accessibility().await;
     }
 
-    /// Runs axe-core on the page now shown ([`crate::axe`]).
+    /// Runs axe-core on the page now shown ([`crate::axe`]), when it is
+    /// one of Writ's (a test may also visit a page of another origin).
     pub async fn check_accessibility(&self) {
+        if !self.url().await.starts_with(&format!("{}/", self.base)) {
+            return;
+        }
         let path = self.path().await;
         crate::axe::check(&self.c, &self.shots, &path).await;
     }

@@ -16,7 +16,7 @@ async fn prepare_confirm_approve(case: Case) {
 
     // bob (write collaborator) finds the prepare form from his dashboard.
     web.login_ok(BOB, BOB_PW).await;
-    web.click_and_wait(&format!("main a[href='/{OWNER}/{REPO}/agent-work-grants']"))
+    web.click_and_wait(&format!("main a[href='/{OWNER}/{REPO}']"))
         .await;
     web.click_and_wait(&format!("a[href='/{OWNER}/{REPO}/agent-work-grants/new']"))
         .await;
