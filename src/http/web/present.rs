@@ -102,6 +102,7 @@ pub fn grant_path(g: &GrantView) -> String {
 pub fn receipt_line(r: &SubmissionView, now: Timestamp) -> ReceiptLine {
     let repo = &r.issue.repository.full_name;
     ReceiptLine {
+        status: r.status,
         issue_href: format!("/{repo}/issues/{}", r.issue.index),
         issue_label: format!("Issue #{} in {repo}", r.issue.index),
         said: words::receipt_status(r.status).into(),

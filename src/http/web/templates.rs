@@ -123,6 +123,8 @@ pub struct GrantCard {
 /// A receipt in a list: the issue it filed, its outcome in words.
 #[derive(Debug, Clone)]
 pub struct ReceiptLine {
+    /// `submitted`, `issue_deleted` or `issue_binding_changed`.
+    pub status: &'static str,
     pub issue_href: String,
     pub issue_label: String,
     pub said: Said,
