@@ -35,18 +35,9 @@ pub enum Device {
     Phone { dark: bool },
 }
 
-/// Runs `body` on `backend` in a desktop browser, or reports why it is
+/// Runs `body` on `backend` in the browser `device`, or reports why it is
 /// skipped.
-pub async fn run<F, Fut>(name: &str, backend: Backend, body: F)
-where
-    F: FnOnce(Case) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    run_on(name, backend, Device::Desktop, body).await
-}
-
-/// Runs `body` on `backend` in the browser `device`.
-pub async fn run_on<F, Fut>(name: &str, backend: Backend, device: Device, body: F)
+pub async fn run<F, Fut>(name: &str, backend: Backend, device: Device, body: F)
 where
     F: FnOnce(Case) -> Fut,
     Fut: Future<Output = ()>,

@@ -20,13 +20,18 @@
 //! Run: `cargo nextest run --test browser` (or `cargo test --test browser`).
 
 /// `both_backends!(name);` next to `async fn name(case: Case) { ... }`
-/// generates the module `name` with the tests `sqlite` and `postgres`.
+/// generates the module `name` with the tests `sqlite` and `postgres`, in a
+/// desktop browser; `both_backends!(name, device)` in another
+/// ([`harness::Device`]).
 macro_rules! both_backends {
+    ($name:ident) => {
+        both_backends!($name, crate::harness::Device::Desktop);
+    };
     ($name:ident, $device:expr) => {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                crate::harness::run_on(
+                crate::harness::run(
                     stringify!($name),
                     crate::app::Backend::Sqlite,
                     $device,
@@ -37,29 +42,10 @@ macro_rules! both_backends {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                crate::harness::run_on(
-                    stringify!($name),
-                    crate::app::Backend::Postgres,
-                    $device,
-                    super::$name,
-                )
-                .await;
-            }
-        }
-    };
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                crate::harness::run(stringify!($name), crate::app::Backend::Sqlite, super::$name)
-                    .await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
                 crate::harness::run(
                     stringify!($name),
                     crate::app::Backend::Postgres,
+                    $device,
                     super::$name,
                 )
                 .await;
