@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::db::SqlConn;
 use crate::helpers::{ADMIN_LOGIN, Auth, Body, Resp, TestApp};
+use crate::world::World;
 
 const BOT: &str = "builder-bot";
 const GET: &str = "get_agent_work_grant";
@@ -449,4 +450,51 @@ async fn cli_and_serve_policy(app: TestApp) {
     let rows = history(&app, BOT).await;
     let authors: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(authors, ["cli", "policy-file"]);
+}
+
+both_backends!(site_admins_read_the_bots_tool_grants_in_the_browser);
+async fn site_admins_read_the_bots_tool_grants_in_the_browser(app: TestApp) {
+    let world = World::new(&app).await;
+    let grants = json!({"grants": [
+        {"id": "triage", "repos": ["acme/*"], "tools": [GET, LIST]},
+        {"id": "anywhere", "repos": [], "tools": [SUBMIT]},
+    ]});
+    put(&app, &app.admin_token, BOT, grants)
+        .await
+        .assert_status(200);
+    // alice administers a repository but is no site admin: as if absent.
+    for page in ["/admin", "/admin/tool-grants"] {
+        world.alice.get_page(page).await.assert_status(404);
+    }
+    let root = crate::browser::Browser::logged_in(
+        &app.base,
+        crate::helpers::ADMIN_LOGIN,
+        crate::helpers::ADMIN_PASSWORD,
+    )
+    .await;
+    let index = root.get_page("/admin").await;
+    index.assert_status(200);
+    for link in ["href=\"/admin/mcp\"", "href=\"/admin/tool-grants\""] {
+        assert!(index.body.contains(link), "{link} missing: {}", index.body);
+    }
+    let page = root.get_page("/admin/tool-grants").await;
+    page.assert_status(200);
+    let bot = &page.body[page
+        .body
+        .find(&format!("id=\"bot-{BOT}\""))
+        .unwrap_or_else(|| panic!("no section for {BOT}: {}", page.body))..];
+    for text in [
+        "<code>triage</code>",
+        "<code>acme/*</code>",
+        GET,
+        LIST,
+        "<code>anywhere</code>",
+        "any repository, and calls that name none",
+        SUBMIT,
+    ] {
+        assert!(bot.contains(text), "{text} missing: {}", page.body);
+    }
+    // A bot without grants is said to call nothing; no form changes them.
+    assert!(page.body.contains("may call no MCP tool"), "{}", page.body);
+    assert!(!page.body.contains("<form method=\"post\" action=\"/admin"));
 }
