@@ -3,6 +3,9 @@
 //! its words from here; the admission's words are the one mapping of
 //! [`super::admission::present`].
 
+use time::format_description::BorrowedFormatItem;
+use time::macros::format_description;
+
 use super::grant::GrantState;
 use super::time::Timestamp;
 
@@ -163,10 +166,7 @@ pub fn relative(at: Timestamp, now: Timestamp) -> String {
         s if s < 22 * 3600 => ((s + 1800) / 3600, "hour"),
         s if s < 36 * 3600 => (1, "day"),
         s if s < 30 * 86400 => ((s + 43200) / 86400, "day"),
-        _ => {
-            let d = at.datetime().date();
-            return format!("on {} {} {}", d.day(), month(d.month()), d.year());
-        }
+        _ => return format!("on {}", date(at)),
     };
     let unit = if n == 1 {
         unit.to_owned()
@@ -182,33 +182,16 @@ pub fn relative(at: Timestamp, now: Timestamp) -> String {
 
 /// The exact UTC time shown on hover: `5 Dec 2026, 16:54 UTC`.
 pub fn exact(at: Timestamp) -> String {
-    let t = at.datetime();
-    format!(
-        "{} {} {}, {:02}:{:02} UTC",
-        t.day(),
-        month(t.month()),
-        t.year(),
-        t.hour(),
-        t.minute()
-    )
+    const EXACT: &[BorrowedFormatItem<'static>] =
+        format_description!("[day padding:none] [month repr:short] [year], [hour]:[minute] UTC");
+    at.datetime().format(EXACT).unwrap_or_else(|_| at.to_text())
 }
 
-fn month(m: time::Month) -> &'static str {
-    use time::Month::*;
-    match m {
-        January => "Jan",
-        February => "Feb",
-        March => "Mar",
-        April => "Apr",
-        May => "May",
-        June => "Jun",
-        July => "Jul",
-        August => "Aug",
-        September => "Sep",
-        October => "Oct",
-        November => "Nov",
-        December => "Dec",
-    }
+/// The date alone: `1 Oct 2026`.
+fn date(at: Timestamp) -> String {
+    const DATE: &[BorrowedFormatItem<'static>] =
+        format_description!("[day padding:none] [month repr:short] [year]");
+    at.datetime().format(DATE).unwrap_or_else(|_| at.to_text())
 }
 
 #[cfg(test)]
