@@ -220,9 +220,15 @@ impl Adapter {
                 let exchange = self.exchange(Method::GET, url, None).await;
                 read_answer(exchange, |total, body| check_list(total, body, page))
             }
-            Input::Get(t) => {
+            Input::Get(t, wait) => {
+                let query = wait.map_or_else(String::new, |w| {
+                    format!(
+                        "?wait_for_change={}&state_revision={}",
+                        w.seconds, w.revision
+                    )
+                });
                 let exchange = self
-                    .exchange(Method::GET, self.grant_url(&t, ""), None)
+                    .exchange(Method::GET, self.grant_url(&t, &query), None)
                     .await;
                 read_answer(exchange, |_, body| check_grant_answer(body, &t, None))
             }

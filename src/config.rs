@@ -102,6 +102,8 @@ pub struct Config {
     /// A TOML policy file of per-agent MCP tool grants, applied at
     /// `writ serve` start (`docs/policy.md`).
     pub policy_file: Option<String>,
+    /// Webhook delivery (`[webhooks]`, docs/events.md).
+    pub webhooks: WebhookSettings,
     /// The clock every use case reads; only a debug build's tests move it
     /// (see [`Clock`]). Not a setting of any file or variable.
     #[serde(skip)]
@@ -142,7 +144,42 @@ impl Default for Config {
             mcp_probes: Default::default(),
             mcp_probe_seconds: 30,
             policy_file: None,
+            webhooks: WebhookSettings::default(),
             clock: Clock::default(),
+        }
+    }
+}
+
+/// The `[webhooks]` settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookSettings {
+    /// Permits targets on loopback, link-local, private, unspecified and
+    /// IPv4-mapped addresses, and `http://` URLs (tests, internal networks).
+    pub allow_private_targets: bool,
+    /// Seconds before each retry (the last one repeats), each moved by up
+    /// to ±20 % at random.
+    pub retry_schedule_seconds: Vec<u64>,
+    /// A delivery still failing this long after its event is `failed`.
+    pub give_up_after_seconds: u64,
+    /// Host name → addresses, resolved here instead of by the system
+    /// resolver (tests; pinning a receiver).
+    pub hosts: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
+    /// Whether this process delivers (every process sharing a database may).
+    pub deliver: bool,
+    /// PEM certificates trusted for HTTPS targets besides the system roots.
+    pub extra_ca_file: Option<String>,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        WebhookSettings {
+            allow_private_targets: false,
+            retry_schedule_seconds: vec![5, 30, 120, 600, 3600, 6 * 3600],
+            give_up_after_seconds: 24 * 3600,
+            hosts: Default::default(),
+            deliver: true,
+            extra_ca_file: None,
         }
     }
 }
@@ -215,6 +252,7 @@ impl fmt::Debug for Config {
                 &self.postgres_durable_read_records,
             )
             .field("max_connections", &self.max_connections)
+            .field("webhooks", &self.webhooks)
             .finish_non_exhaustive()
     }
 }

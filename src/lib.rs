@@ -54,7 +54,8 @@ impl Writ {
     }
 
     /// Serves the application on `listener` with the configured connection
-    /// limits and timeouts (`http::serve`) until `shutdown` completes.
+    /// limits and timeouts (`http::serve`) until `shutdown` completes, and
+    /// meanwhile delivers webhooks (`service::webhooks::run`).
     pub async fn serve(
         &self,
         listener: tokio::net::TcpListener,
@@ -67,7 +68,10 @@ impl Writ {
             max_connections_per_address = limits.per_address,
             "connection limits"
         );
-        http::serve::serve(listener, self.router(), limits, shutdown).await?;
+        let deliveries = tokio::spawn(service::webhooks::run(self.ctx.clone()));
+        let served = http::serve::serve(listener, self.router(), limits, shutdown).await;
+        deliveries.abort();
+        served?;
         Ok(())
     }
 

@@ -73,7 +73,7 @@ enum Command {
     /// Setup privilege on the database directly.
     #[command(subcommand)]
     Admin(AdminCommand),
-    /// Stream a reporting view (receipts, grants, admissions, tool-calls).
+    /// Stream a reporting view (receipts, grants, admissions, tool-calls, webhook-deliveries).
     Report(ReportArgs),
     /// The MCP adapter over stdio: the five agent tools, each call one
     /// request to the Core at --url (token from WRIT_TOKEN or --token-file).
@@ -114,7 +114,7 @@ async fn mcp_stdio(args: McpStdioArgs) -> anyhow::Result<()> {
 
 #[derive(Args)]
 struct ReportArgs {
-    /// receipts, grants, admissions or tool-calls
+    /// receipts, grants, admissions, tool-calls or webhook-deliveries
     name: String,
     /// Only this repository (owner/name).
     #[arg(long)]
@@ -484,7 +484,9 @@ async fn run_report(writ: &Writ, args: ReportArgs) -> anyhow::Result<()> {
     use std::io::Write;
     use writ::service::report::{self, Format};
     let report = writ::store::reports::Report::parse(&args.name).ok_or_else(|| {
-        anyhow::anyhow!("report must be receipts, grants, admissions or tool-calls")
+        anyhow::anyhow!(
+            "report must be receipts, grants, admissions, tool-calls or webhook-deliveries"
+        )
     })?;
     let format = Format::parse(&args.format)
         .ok_or_else(|| anyhow::anyhow!("--format must be table, csv or json"))?;

@@ -2,6 +2,7 @@
 
 pub mod access;
 pub mod admission;
+pub mod events;
 pub mod grant;
 pub mod ids;
 pub mod json;
@@ -13,4 +14,5 @@ pub mod submission;
 pub mod text;
 pub mod time;
 pub mod tools;
+pub mod webhooks;
 pub mod words;

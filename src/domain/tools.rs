@@ -89,7 +89,10 @@ impl Tool {
                  has_more and next_page; the list is not a snapshot."
             }
             Tool::Get => {
-                "Read one of your agent work grants: its state, proposal and proposal_digest."
+                "Read one of your agent work grants: its state, proposal and proposal_digest. \
+                 With wait_for_change (seconds, at most 25) and the state_revision you hold, \
+                 the answer comes as soon as the grant's revision differs, or at the end with \
+                 the grant unchanged."
             }
             Tool::Confirm => {
                 "Confirm the proposal you read, repeating its schema, version and digest \
@@ -110,7 +113,13 @@ impl Tool {
         use Member as M;
         match self {
             Tool::List => &[M::Page, M::State],
-            Tool::Get => &[M::Owner, M::Repo, M::GrantId],
+            Tool::Get => &[
+                M::Owner,
+                M::Repo,
+                M::GrantId,
+                M::WaitForChange,
+                M::StateRevision,
+            ],
             Tool::Confirm => &[
                 M::Owner,
                 M::Repo,
@@ -141,7 +150,7 @@ impl Tool {
         let mut required = Vec::new();
         for member in self.members() {
             properties.insert(member.name().to_owned(), member.schema());
-            if !matches!(member, Member::Page | Member::State) {
+            if !member.optional() {
                 required.push(Value::from(member.name()));
             }
         }
@@ -171,9 +180,18 @@ enum Member {
     RequestKey,
     Title,
     Body,
+    WaitForChange,
+    StateRevision,
 }
 
 impl Member {
+    fn optional(self) -> bool {
+        matches!(
+            self,
+            Member::Page | Member::State | Member::WaitForChange | Member::StateRevision
+        )
+    }
+
     fn name(self) -> &'static str {
         match self {
             Member::Page => "page",
@@ -187,6 +205,8 @@ impl Member {
             Member::RequestKey => "request_key",
             Member::Title => "title",
             Member::Body => "body",
+            Member::WaitForChange => "wait_for_change",
+            Member::StateRevision => "state_revision",
         }
     }
 
@@ -213,13 +233,27 @@ impl Member {
             }),
             Member::Title => json!({"type": "string", "minLength": 1}),
             Member::Body => json!({"type": "string"}),
+            Member::WaitForChange => json!({
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_TOOL_WAIT,
+                "description": "seconds to wait for the grant's state_revision to differ from \
+                                state_revision (required with it)",
+            }),
+            Member::StateRevision => json!({
+                "type": "integer",
+                "minimum": 0,
+                "maximum": i64::MAX,
+                "description": "the state_revision you hold (with wait_for_change)",
+            }),
         }
     }
 
     fn kind(self) -> Kind {
         match self {
             Member::Page | Member::GrantId => Kind::Positive,
-            Member::Version => Kind::Integer,
+            Member::Version | Member::StateRevision => Kind::Integer,
+            Member::WaitForChange => Kind::Wait,
             Member::Owner | Member::Repo => Kind::Name,
             _ => Kind::Text,
         }
@@ -230,6 +264,8 @@ impl Member {
 enum Kind {
     Positive,
     Integer,
+    /// 0 to [`MAX_TOOL_WAIT`] seconds.
+    Wait,
     Name,
     Text,
 }
@@ -266,8 +302,8 @@ pub enum Input {
         /// The state filter as given.
         state: Option<String>,
     },
-    /// Read one grant.
-    Get(Target),
+    /// Read one grant, after waiting for a change if asked.
+    Get(Target, Option<WaitForChange>),
     /// Confirm the proposal.
     Confirm(Target, TripleArgs),
     /// Submit work.
@@ -297,9 +333,35 @@ impl Input {
     pub fn target(&self) -> Option<&Target> {
         match self {
             Input::List { .. } => None,
-            Input::Get(t) | Input::Confirm(t, _) => Some(t),
+            Input::Get(t, _) | Input::Confirm(t, _) => Some(t),
             Input::Submit { target, .. } | Input::Readback { target, .. } => Some(target),
         }
+    }
+}
+
+/// The longest `wait_for_change` of the MCP tool, in seconds: below the
+/// stdio adapter's request timeout.
+pub const MAX_TOOL_WAIT: u64 = 25;
+
+/// A read that first waits (at most `seconds`) until the grant's state
+/// revision differs from `revision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitForChange {
+    pub seconds: u64,
+    pub revision: i64,
+}
+
+/// `wait_for_change` and `state_revision`, both or neither.
+fn wait_for_change(args: &Map<String, Value>) -> Result<Option<WaitForChange>, InputError> {
+    match (
+        args.get("wait_for_change").and_then(Value::as_u64),
+        args.get("state_revision").and_then(Value::as_i64),
+    ) {
+        (Some(seconds), Some(revision)) => Ok(Some(WaitForChange { seconds, revision })),
+        (None, None) => Ok(None),
+        _ => Err(InputError(
+            "wait_for_change and state_revision go together".into(),
+        )),
     }
 }
 
@@ -338,6 +400,10 @@ fn check_member(member: Member, value: &Value) -> Result<(), InputError> {
             Some(n) if n >= 1 && (value.is_i64() || value.is_u64()) => Ok(()),
             _ => bad("a positive JSON integer within i64"),
         },
+        Kind::Integer if member == Member::StateRevision => match value.as_i64() {
+            Some(n) if n >= 0 => Ok(()),
+            _ => bad("a JSON integer of at least 0"),
+        },
         Kind::Integer => {
             if value.is_i64() || value.is_u64() {
                 Ok(())
@@ -345,6 +411,10 @@ fn check_member(member: Member, value: &Value) -> Result<(), InputError> {
                 bad("a JSON integer")
             }
         }
+        Kind::Wait => match value.as_u64() {
+            Some(n) if n <= MAX_TOOL_WAIT => Ok(()),
+            _ => bad(&format!("a JSON integer from 0 to {MAX_TOOL_WAIT}")),
+        },
         Kind::Name => match value.as_str() {
             Some(s) if !s.is_empty() && s.chars().count() <= MAX_NAME_CHARS => Ok(()),
             Some(_) => bad(&format!("a string of 1 to {MAX_NAME_CHARS} characters")),
@@ -383,7 +453,7 @@ pub fn parse_input(tool: Tool, args: Option<&Map<String, Value>>) -> Result<Inpu
     for member in members {
         match args.get(member.name()) {
             Some(value) => check_member(*member, value)?,
-            None if matches!(member, Member::Page | Member::State) => {}
+            None if member.optional() => {}
             None => return Err(InputError(format!("missing argument: {}", member.name()))),
         }
     }
@@ -408,7 +478,7 @@ pub fn parse_input(tool: Tool, args: Option<&Map<String, Value>>) -> Result<Inpu
             page: args.get("page").and_then(Value::as_u64).unwrap_or(1),
             state: args.get("state").and_then(Value::as_str).map(str::to_owned),
         },
-        Tool::Get => Input::Get(target()),
+        Tool::Get => Input::Get(target(), wait_for_change(args)?),
         Tool::Confirm => Input::Confirm(target(), triple()),
         Tool::Submit => Input::Submit {
             target: target(),

@@ -378,8 +378,14 @@ pub async fn run(
                 }),
             ))
         }
-        Input::Get(t) => {
-            let grant = agent::get(ctx, caller, &t.owner, &t.repo, GrantId(t.grant_id)).await?;
+        Input::Get(t, wait) => {
+            let id = GrantId(t.grant_id);
+            if let Some(w) = wait {
+                let seconds = std::time::Duration::from_secs(w.seconds);
+                agent::wait_for_change(ctx, caller, &t.owner, &t.repo, id, w.revision, seconds)
+                    .await?;
+            }
+            let grant = agent::get(ctx, caller, &t.owner, &t.repo, id).await?;
             Ok((200, json_of(&GrantEnvelope { grant })?))
         }
         Input::Confirm(t, triple) => {

@@ -42,7 +42,14 @@ pub fn router(ctx: Ctx) -> Router {
         .merge(mcp::routes(&ctx))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(move || async move { metrics.render() }))
+        .route(
+            "/metrics",
+            get(move |State(ctx): State<Ctx>| async move {
+                crate::service::events::export_feed_lag(&ctx).await;
+                crate::service::webhooks::export_backlog(&ctx).await;
+                metrics.render()
+            }),
+        )
         .route("/docs/errors", get(error_docs))
         .fallback(not_found)
         .layer(middleware::from_fn(run_to_completion))

@@ -21,18 +21,24 @@ use crate::store::{Tx, is_unique_violation};
 /// [`Setup::api`] makes one from a token, so a use case that takes a
 /// `Setup` does not check again.
 #[derive(Debug, Clone, Copy)]
-pub struct Setup(());
+pub struct Setup(Option<i64>);
 
 impl Setup {
     /// The CLI's privilege.
-    pub const CLI: Setup = Setup(());
+    pub const CLI: Setup = Setup(None);
+
+    /// The admin whose token holds the privilege (`None` for the CLI): the
+    /// actor of the events its changes write.
+    pub fn actor(self) -> Option<i64> {
+        self.0
+    }
 
     /// The privilege of an admin's token with `write:admin`, or the refusal
     /// (403 `forbidden` for a non-admin, `insufficient_scope` without the
     /// scope).
     pub fn api(caller: &Caller) -> Result<Setup> {
         caller.require_admin(Scope::WriteAdmin)?;
-        Ok(Setup(()))
+        Ok(Setup(Some(caller.user_id)))
     }
 }
 

@@ -76,6 +76,14 @@ impl PackageView {
     pub fn warns(&self) -> bool {
         self.status == Status::Warning.as_str()
     }
+
+    /// How many requirements it blocks.
+    pub fn blocked_count(&self) -> usize {
+        self.decisions
+            .iter()
+            .filter(|d| d.status == Status::Blocked)
+            .count()
+    }
 }
 
 /// What an evaluation reads: the repository's context history and health.

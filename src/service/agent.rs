@@ -5,6 +5,7 @@ use serde_json::Value;
 use super::access::{readable, readable_repo};
 use super::audit::{self, Access};
 use super::auth::Caller;
+use super::events;
 use super::view::GrantView;
 use super::{Ctx, Error, Result};
 use crate::domain::grant::{ConfirmOutcome, GrantFacts, GrantState, decide_confirm};
@@ -13,7 +14,8 @@ use crate::domain::proposal::{SCHEMA, VERSION};
 use crate::domain::time::Timestamp;
 use crate::store::admission::EvaluationInputs;
 use crate::store::batch::run_local;
-use crate::store::grants::{self, GrantFilter, GrantRow, NewGrantEvent};
+use crate::store::events::GrantAt;
+use crate::store::grants::{self, GrantFilter, GrantRow};
 use crate::store::schema::Grants;
 use crate::store::{Tx, grant_pages, repos};
 
@@ -104,7 +106,8 @@ pub async fn list(ctx: &Ctx, caller: &Caller, params: &ListParams) -> Result<Pag
     })
 }
 
-async fn resolve_repo_ids(tx: &mut Tx, names: &[String]) -> Result<Vec<i64>> {
+/// The ids of the repositories `owner/name` that exist.
+pub(super) async fn resolve_repo_ids(tx: &mut Tx, names: &[String]) -> Result<Vec<i64>> {
     let mut ids = Vec::with_capacity(names.len());
     for full in names {
         if let Some((owner, name)) = full.split_once('/')
@@ -257,6 +260,43 @@ pub async fn get(
     Ok(GrantView::from_row(&row, &ctx.config.public_base())?)
 }
 
+/// Waits, at most `wait`, until the caller's grant's state revision
+/// differs from `held`, holding no database connection between looks (it
+/// looks again when an event commits, and every few seconds). Returns at
+/// once when the grant cannot be read: the read that follows says why.
+pub async fn wait_for_change(
+    ctx: &Ctx,
+    caller: &Caller,
+    owner: &str,
+    repo: &str,
+    id: GrantId,
+    held: i64,
+    wait: std::time::Duration,
+) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut commits = ctx.store.events().subscribe();
+    let mut waiting = None;
+    loop {
+        let row = {
+            let mut tx = ctx.store.single().await?;
+            locate(&mut tx, caller, owner, repo, id, false).await
+        };
+        match row {
+            Ok(row) if row.state_revision == held => {}
+            _ => return Ok(()),
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Ok(());
+        }
+        if waiting.is_none() {
+            waiting = Some(ctx.waiters.enter(caller.token_id)?);
+        }
+        let nap = (deadline - now).min(events::SAFETY_POLL);
+        let _ = tokio::time::timeout(nap, commits.changed()).await;
+    }
+}
+
 /// The facts the domain judges a grant on.
 pub fn facts(row: &GrantRow) -> Result<GrantFacts<'_>> {
     let state = GrantState::parse(&row.state)
@@ -312,19 +352,22 @@ pub async fn confirm(
                     "confirm lost its row lock"
                 )));
             }
-            grants::insert_event(
+            let after = GrantAt {
+                id: row.id,
+                from_state: Some(&row.state),
+                state: GrantState::AwaitingHuman.as_str(),
+                state_revision: revision,
+                proposal_digest: &row.proposal_digest,
+            };
+            let data = serde_json::json!({});
+            events::on_grant(
                 &mut tx,
-                NewGrantEvent {
-                    grant_id: row.id,
-                    event: "confirmed",
-                    actor_id: caller.user_id,
-                    from_state: Some(&row.state),
-                    to_state: GrantState::AwaitingHuman.as_str(),
-                    state_revision: revision,
-                    proposal_digest: &row.proposal_digest,
-                    detail: None,
-                    at: &text,
-                },
+                "grant.confirmed",
+                caller.user_id,
+                row.repository_id,
+                after,
+                data,
+                &text,
             )
             .await?;
             let updated = grants::grant_by_id(&mut tx, row.id)

@@ -157,6 +157,21 @@ pub async fn seed_if_empty(ctx: &Ctx) -> Result<Option<DemoInfo>> {
         "demo",
     )
     .await?;
+    // A disabled webhook subscription, so /admin/webhooks shows how one
+    // looks; its host ends in `.invalid`, so it is never resolved or called.
+    super::webhooks::create(
+        ctx,
+        Setup::CLI,
+        super::webhooks::SubscriptionInput {
+            url: "https://hooks.example.invalid/writ".into(),
+            types: vec!["grant.*".into(), "submission.created".into()],
+            repos: vec![format!("{owner}/*")],
+            format: None,
+            description: Some("Example: a review queue (disabled)".into()),
+            enabled: Some(false),
+        },
+    )
+    .await?;
     let mut bots = Vec::new();
     for login in ["builder-bot", "review-bot"] {
         bots.push(seed_bot(ctx, login).await?);

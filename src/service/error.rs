@@ -49,6 +49,9 @@ pub enum Error {
     Unprocessable(String),
     /// 429: too many failed logins.
     Throttled,
+    /// 429 `too_many_waiters`: the token (or the server) holds as many
+    /// waiting feed requests as it may.
+    TooManyWaiters,
     /// 503 `audit_unavailable`: the audit record could not be written, so
     /// the call was refused (fail closed); logged like an internal error.
     AuditUnavailable(anyhow::Error),
@@ -71,7 +74,7 @@ impl Error {
             Error::Refused { .. } | Error::Conflict(_) | Error::AdmissionBlocked { .. } => 409,
             Error::TooLarge => 413,
             Error::Unprocessable(_) => 422,
-            Error::Throttled => 429,
+            Error::Throttled | Error::TooManyWaiters => 429,
             Error::Internal(_) => 500,
             Error::AuditUnavailable(_) | Error::StorageUnavailable(_) => 503,
         }
@@ -92,6 +95,7 @@ impl Error {
             Error::AdmissionBlocked { .. } => "admission_blocked",
             Error::TooLarge => "payload_too_large",
             Error::Throttled => "throttled",
+            Error::TooManyWaiters => "too_many_waiters",
             Error::Internal(_) => "internal",
             Error::AuditUnavailable(_) => "audit_unavailable",
             Error::StorageUnavailable(_) => "storage_unavailable",
@@ -123,6 +127,9 @@ impl Error {
             }
             Error::TooLarge => "request body is larger than 1 MiB".to_owned(),
             Error::Throttled => "too many failed attempts; try again later".to_owned(),
+            Error::TooManyWaiters => {
+                "too many requests are waiting for events; wait for one to end".to_owned()
+            }
             Error::Internal(_) => "internal error".to_owned(),
             Error::AuditUnavailable(_) => {
                 "the call could not be recorded in the audit, so it was not made; retry later"

@@ -4,10 +4,12 @@
 //! `state_revision`.
 
 use sea_query::Value;
+use serde_json::json;
 
 use super::access::readable_repo;
 use super::admission::{self, Phase};
 use super::agent::facts;
+use super::events;
 use super::sessions::{SessionUser, WebSession, consume_nonce};
 use super::view::GrantView;
 use super::{Ctx, Error, Result};
@@ -20,7 +22,8 @@ use crate::domain::proposal::{
 };
 use crate::domain::text::{check_text, printable};
 use crate::domain::time::Timestamp;
-use crate::store::grants::{self, GrantRow, NewGrant, NewGrantEvent};
+use crate::store::events::GrantAt;
+use crate::store::grants::{self, GrantRow, NewGrant};
 use crate::store::repos::RepoRow;
 use crate::store::schema::Grants;
 use crate::store::{Tx, principals};
@@ -311,49 +314,41 @@ pub async fn prepare_in(
     grants::update_grant(tx, id, None, proposal_values(&proposal, input)).await?;
     record(
         tx,
-        id,
-        "prepared",
+        (repo.id, id),
+        "grant.prepared",
         issuer_id,
-        None,
-        GrantState::AwaitingAgent,
+        (None, GrantState::AwaitingAgent),
         1,
         proposal.digest().as_str(),
-        None,
+        json!({}),
         &text,
     )
     .await?;
     Ok(id)
 }
 
+/// Writes a grant's event: `kind` took it from `from` to `to` at revision
+/// `revision`, with proposal `digest`.
 #[allow(clippy::too_many_arguments)]
 async fn record(
     tx: &mut Tx,
-    grant_id: i64,
-    event: &str,
+    (repository_id, grant_id): (i64, i64),
+    kind: &str,
     actor_id: i64,
-    from: Option<&str>,
-    to: GrantState,
+    (from, to): (Option<&str>, GrantState),
     revision: i64,
     digest: &str,
-    detail: Option<&str>,
+    data: serde_json::Value,
     at: &str,
 ) -> Result<()> {
-    grants::insert_event(
-        tx,
-        NewGrantEvent {
-            grant_id,
-            event,
-            actor_id,
-            from_state: from,
-            to_state: to.as_str(),
-            state_revision: revision,
-            proposal_digest: digest,
-            detail,
-            at,
-        },
-    )
-    .await?;
-    Ok(())
+    let after = GrantAt {
+        id: grant_id,
+        from_state: from,
+        state: to.as_str(),
+        state_revision: revision,
+        proposal_digest: digest,
+    };
+    events::on_grant(tx, kind, actor_id, repository_id, after, data, at).await
 }
 
 /// A grant located for a human form: the repository, the person's
@@ -480,14 +475,13 @@ pub async fn edit(
     let rev = cas(ctx, &mut tx, &l.grant, values, to, &text).await?;
     record(
         &mut tx,
-        l.grant.id,
-        "edited",
+        (l.repo.id, l.grant.id),
+        "grant.edited",
         user.id,
-        Some(&l.grant.state),
-        to,
+        (Some(&l.grant.state), to),
         rev,
         proposal.digest().as_str(),
-        None,
+        json!({}),
         &text,
     )
     .await?;
@@ -529,8 +523,24 @@ pub async fn approve(
     )
     .await?;
     if package.blocked() {
-        // The refusal is recorded (the evaluation and its snapshot); the
-        // grant stays as it was.
+        // The refusal is recorded (the evaluation and its snapshot, and its
+        // event); the grant stays as it was.
+        let data = json!({
+            "admission_status": package.status,
+            "blocked_count": package.blocked_count(),
+        });
+        let at = at.to_text();
+        let unchanged = events::unchanged(&l.grant);
+        events::on_grant(
+            &mut tx,
+            "grant.approval_refused",
+            user.id,
+            l.repo.id,
+            unchanged,
+            data,
+            &at,
+        )
+        .await?;
         let grant = GrantView::from_row(&l.grant, &ctx.config.public_base())?;
         tx.commit().await?;
         return Err(Error::admission_blocked(grant, package));
@@ -548,14 +558,13 @@ pub async fn approve(
     let rev = cas(ctx, &mut tx, &l.grant, values, to, &text).await?;
     record(
         &mut tx,
-        l.grant.id,
-        "approved",
+        (l.repo.id, l.grant.id),
+        "grant.approved",
         user.id,
-        Some(&l.grant.state),
-        to,
+        (Some(&l.grant.state), to),
         rev,
         &l.grant.proposal_digest,
-        None,
+        json!({ "admission_status": package.status }),
         &text,
     )
     .await?;
@@ -591,14 +600,13 @@ pub async fn withdraw(
     let rev = cas(ctx, &mut tx, &l.grant, values, to, &text).await?;
     record(
         &mut tx,
-        l.grant.id,
-        "withdrawn",
+        (l.repo.id, l.grant.id),
+        "grant.withdrawn",
         user.id,
-        Some(&l.grant.state),
-        to,
+        (Some(&l.grant.state), to),
         rev,
         &l.grant.proposal_digest,
-        reason.as_deref(),
+        json!({ "reason": reason }),
         &text,
     )
     .await?;

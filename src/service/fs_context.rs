@@ -4,10 +4,11 @@
 use std::collections::BTreeSet;
 
 use super::access::readable_repo;
+use super::events;
 use super::sessions::{WebSession, consume_nonce, issue_nonces};
 use super::{Ctx, Error, Result};
 use crate::domain::access::Permission;
-use crate::domain::admission::fs_context::FS_CAPABILITIES;
+use crate::domain::admission::fs_context::{FS_CAPABILITIES, change_phase};
 use crate::store::admission::{self as store, FsChangeRow};
 use crate::store::repos::RepoRow;
 
@@ -29,6 +30,19 @@ fn target(repo: &RepoRow) -> String {
     format!("repo:{}", repo.id)
 }
 
+/// The capabilities of the approval in force (none after a denial or a
+/// removal).
+fn in_force(history: &[FsChangeRow]) -> BTreeSet<String> {
+    match history.last() {
+        Some(last) if last.action == "approved" => last
+            .capabilities
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
+        _ => BTreeSet::new(),
+    }
+}
+
 /// Reads the settings page for a repository admin (403 for other readers).
 pub async fn page(ctx: &Ctx, session: &WebSession, owner: &str, repo: &str) -> Result<FsPage> {
     let user = session
@@ -44,20 +58,10 @@ pub async fn page(ctx: &Ctx, session: &WebSession, owner: &str, repo: &str) -> R
             "only a repository admin can change project filesystem context",
         ));
     }
-    let (current, capabilities) = match history.last() {
-        Some(last) => (
-            last.action.clone(),
-            if last.action == "approved" {
-                last.capabilities
-                    .split_whitespace()
-                    .map(str::to_owned)
-                    .collect()
-            } else {
-                BTreeSet::new()
-            },
-        ),
-        None => ("none".to_owned(), BTreeSet::new()),
-    };
+    let current = history
+        .last()
+        .map_or_else(|| "none".to_owned(), |last| last.action.clone());
+    let capabilities = in_force(&history);
     let nonce = issue_nonces(ctx, session.id, &[("fs_context", target(&repo))])
         .await?
         .remove(0);
@@ -121,18 +125,24 @@ pub async fn change(
             "only a repository admin can change project filesystem context",
         ));
     }
+    let history = store::fs_history(&mut tx, repo.id).await?;
+    let phase = change_phase(&in_force(&history), stored_action, &caps);
     let listed = if stored_action == "approved" {
         caps.into_iter().collect::<Vec<_>>().join(" ")
     } else {
         String::new()
     };
-    store::insert_fs_change(
+    let at = ctx.now().to_text();
+    store::insert_fs_change(&mut tx, repo.id, stored_action, &listed, user.id, &at).await?;
+    let data = serde_json::json!({ "phase": phase });
+    events::emit(
         &mut tx,
-        repo.id,
-        stored_action,
-        &listed,
-        user.id,
-        &ctx.now().to_text(),
+        "filesystem_context.changed",
+        &at,
+        Some(user.id),
+        Some(repo.id),
+        None,
+        data,
     )
     .await?;
     tx.commit().await?;

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::admin::Setup;
+use super::events;
 use super::{Ctx, Error, Result};
 use crate::domain::admission::classify::normalize;
 use crate::store::admission::{self as store, HealthRow};
@@ -65,7 +66,7 @@ fn view(h: HealthRow) -> HealthView {
 /// it reads "since when".
 pub async fn set(
     ctx: &Ctx,
-    _: Setup,
+    setup: Setup,
     mcp_id: &str,
     input: HealthInput,
     by: &str,
@@ -86,10 +87,16 @@ pub async fn set(
             "detail must be at most 1000 bytes without NUL".into(),
         ));
     }
-    record(ctx, &id, input, by).await
+    record(ctx, setup, &id, input, by).await
 }
 
-async fn record(ctx: &Ctx, id: &str, input: HealthInput, by: &str) -> Result<HealthView> {
+async fn record(
+    ctx: &Ctx,
+    setup: Setup,
+    id: &str,
+    input: HealthInput,
+    by: &str,
+) -> Result<HealthView> {
     let mut tx = ctx.store.write().await?;
     let current = store::all_health(&mut tx)
         .await?
@@ -111,6 +118,22 @@ async fn record(ctx: &Ctx, id: &str, input: HealthInput, by: &str) -> Result<Hea
     };
     if !unchanged {
         store::set_health(&mut tx, &row).await?;
+        let data = serde_json::json!({
+            "mcp_id": row.mcp_id,
+            "installed": row.installed,
+            "healthy": row.healthy,
+        });
+        let at = ctx.now().to_text();
+        events::emit(
+            &mut tx,
+            "mcp_health.changed",
+            &at,
+            setup.actor(),
+            None,
+            None,
+            data,
+        )
+        .await?;
     }
     tx.commit().await?;
     Ok(view(row))
@@ -161,7 +184,7 @@ pub async fn run_prober(ctx: Ctx) {
                 healthy,
                 detail,
             };
-            if let Err(e) = record(&ctx, &normalize(id), input, "prober").await {
+            if let Err(e) = record(&ctx, Setup::CLI, &normalize(id), input, "prober").await {
                 tracing::warn!(mcp_id = %id, error = %e, "could not record MCP health");
             }
         }

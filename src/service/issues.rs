@@ -4,12 +4,15 @@
 use super::access::readable_repo;
 use super::admin::Setup;
 use super::auth::Caller;
+use super::events;
 use super::view::IssueView;
 use super::{Ctx, Error, Result};
 use crate::domain::access::Permission;
 use crate::domain::ids::parse_full_name;
+use crate::domain::submission::ReceiptStatus;
 use crate::domain::text::check_title;
 use crate::store::Tx;
+use crate::store::events::GrantAt;
 use crate::store::issues::{self, NewIssue};
 use crate::store::repos::{self, RepoRow};
 
@@ -105,7 +108,7 @@ pub async fn create(
 
 /// Deletes an issue (setup privilege); its index is never reused and its
 /// receipts then read `issue_deleted`.
-pub async fn delete(ctx: &Ctx, _: Setup, owner: &str, repo: &str, index: i64) -> Result<()> {
+pub async fn delete(ctx: &Ctx, setup: Setup, owner: &str, repo: &str, index: i64) -> Result<()> {
     let mut tx = ctx.store.write().await?;
     let repo = repos::repo_by_name(&mut tx, owner, repo)
         .await?
@@ -114,7 +117,46 @@ pub async fn delete(ctx: &Ctx, _: Setup, owner: &str, repo: &str, index: i64) ->
         .await?
         .ok_or(Error::NotFound)?;
     issues::delete_issue(&mut tx, issue.id).await?;
+    receipts_changed(ctx, &mut tx, setup, issue.id, ReceiptStatus::IssueDeleted).await?;
     tx.commit().await?;
+    Ok(())
+}
+
+/// The `receipt.changed` event of every receipt of the issue `issue_id`,
+/// which now reads `status`.
+async fn receipts_changed(
+    ctx: &Ctx,
+    tx: &mut Tx,
+    setup: Setup,
+    issue_id: i64,
+    status: ReceiptStatus,
+) -> Result<()> {
+    let at = ctx.now().to_text();
+    for r in issues::receipts_of_issue(tx, issue_id).await? {
+        let grant = GrantAt {
+            id: r.grant_id,
+            from_state: None,
+            state: &r.state,
+            state_revision: r.state_revision,
+            proposal_digest: &r.proposal_digest,
+        };
+        let data = serde_json::json!({
+            "request_key": r.request_key,
+            "receipt_status": status.as_str(),
+        });
+        let repository = Some(r.repository_id);
+        let actor = setup.actor();
+        events::emit(
+            tx,
+            "receipt.changed",
+            &at,
+            actor,
+            repository,
+            Some(grant),
+            data,
+        )
+        .await?;
+    }
     Ok(())
 }
 
@@ -122,7 +164,7 @@ pub async fn delete(ctx: &Ctx, _: Setup, owner: &str, repo: &str, index: i64) ->
 /// index (setup privilege); its receipts then read `issue_binding_changed`.
 pub async fn transfer(
     ctx: &Ctx,
-    _: Setup,
+    setup: Setup,
     owner: &str,
     repo: &str,
     index: i64,
@@ -146,6 +188,8 @@ pub async fn transfer(
     }
     let new_index = issues::allocate_index(&mut tx, target.id).await?;
     issues::move_issue(&mut tx, issue.id, target.id, new_index).await?;
+    let moved_status = ReceiptStatus::IssueBindingChanged;
+    receipts_changed(ctx, &mut tx, setup, issue.id, moved_status).await?;
     let moved = issues::issue_by_id(&mut tx, issue.id)
         .await?
         .ok_or(Error::NotFound)?;

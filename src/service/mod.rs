@@ -10,6 +10,7 @@ pub mod audit;
 pub mod auth;
 pub mod demo;
 pub mod error;
+pub mod events;
 pub mod forms;
 pub mod fs_context;
 pub mod health;
@@ -21,6 +22,7 @@ pub mod schema;
 pub mod sessions;
 pub mod submit;
 pub mod view;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -46,7 +48,12 @@ pub struct Ctx {
     pub login_gate: Arc<sessions::LoginGate>,
     /// Reverse proxies whose `X-Forwarded-For` names the client.
     pub proxies: Arc<crate::domain::net::TrustedProxies>,
+    /// The requests waiting for events.
+    pub waiters: Arc<events::Waiters>,
 }
+
+/// The most requests that may wait for events at a time in one process.
+const MAX_WAITERS: usize = 1024;
 
 impl Ctx {
     /// The current time, normalized, from the configured clock.
@@ -62,6 +69,7 @@ impl Ctx {
         Ok(Ctx {
             login_gate: Arc::new(sessions::LoginGate::new(config.login_hash_concurrency)),
             proxies: Arc::new(proxies),
+            waiters: Arc::new(events::Waiters::new(MAX_WAITERS)),
             config: Arc::new(config),
             store,
             catalog: Arc::new(catalog),

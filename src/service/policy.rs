@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::admin::Setup;
+use super::events;
 use super::{Ctx, Error, Result};
 use crate::domain::policy::{self, Decision, RepoTarget, ToolGrant};
 use crate::store::Tx;
@@ -187,7 +188,7 @@ pub async fn every_bot(ctx: &Ctx) -> Result<Vec<ToolGrantsView>> {
 /// change with its author `by`.
 pub async fn put(
     ctx: &Ctx,
-    _: Setup,
+    setup: Setup,
     login: &str,
     input: ToolGrantsInput,
     by: &str,
@@ -199,10 +200,17 @@ pub async fn put(
     let mut tx = ctx.store.write().await?;
     let user = bot_named(&mut tx, login).await?;
     store::replace_grants(&mut tx, user.id, &json, by, &at).await?;
+    tool_grants_changed(&mut tx, setup.actor(), &user.login, &at).await?;
     let view = view_of(&mut tx, &user).await?;
     tx.commit().await?;
     warn_malformed(&user.login, &grants);
     Ok(view)
+}
+
+/// The event of an agent's tool grants replaced.
+async fn tool_grants_changed(tx: &mut Tx, actor: Option<i64>, agent: &str, at: &str) -> Result<()> {
+    let data = serde_json::json!({ "agent": agent });
+    events::emit(tx, "tool_grants.changed", at, actor, None, None, data).await
 }
 
 /// Applies a TOML policy file (one transaction): each agent it names gets
@@ -241,6 +249,7 @@ pub async fn seed_from_file(ctx: &Ctx, path: &std::path::Path) -> Result<SeedRep
         }
         let json = serde_json::to_string(&agent.grants).map_err(anyhow::Error::from)?;
         store::replace_grants(&mut tx, user.id, &json, "policy-file", &at).await?;
+        tool_grants_changed(&mut tx, None, &user.login, &at).await?;
         report.changed.push(user.login.clone());
     }
     tx.commit().await?;

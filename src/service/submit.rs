@@ -7,6 +7,7 @@ use super::admission::{self, PackageView, Phase};
 use super::agent::{Triple, facts, locate, locate_for_key};
 use super::audit::{self, Access, AuditedTx};
 use super::auth::Caller;
+use super::events;
 use super::view::{GrantView, SubmissionView};
 use super::{Ctx, Error, Result};
 use crate::domain::grant::{Refusal, decide_submit};
@@ -225,6 +226,18 @@ async fn create(
     if pending.package.blocked() {
         let package =
             admission::store_pending(ctx, tx, grant, pending, caller.user_id, &text).await?;
+        let data = serde_json::json!({ "blocked_count": package.blocked_count() });
+        let unchanged = events::unchanged(grant);
+        events::on_grant(
+            tx,
+            "submission.admission_blocked",
+            caller.user_id,
+            grant.repository_id,
+            unchanged,
+            data,
+            &text,
+        )
+        .await?;
         return Ok(Created::Blocked(package));
     }
     let full_name = format!("{}/{}", grant.repo_owner, grant.repo_name);
@@ -244,6 +257,8 @@ async fn create(
             repository_full_name: &full_name,
             issue_url_prefix: &url_prefix,
             submission_count: count,
+            grant_state: &grant.state,
+            state_revision: grant.state_revision,
             audit: audit.as_ref().map(|(end, at)| {
                 (
                     *end,

@@ -228,6 +228,8 @@ pub struct WriterConfig {
     pub health: Arc<super::health::WriteHealth>,
     /// `PRAGMA max_page_count` of the writer's connection, if set.
     pub max_page_count: Option<u64>,
+    /// Woken once a transaction that wrote events committed.
+    pub events: Arc<super::events::Signal>,
 }
 
 type Lease = oneshot::Sender<StoreResult<BatchTx>>;
@@ -308,6 +310,7 @@ pub struct Writer {
     tx: mpsc::Sender<Msg>,
     /// The outcome of the latest commit.
     health: Arc<super::health::WriteHealth>,
+    events: Arc<super::events::Signal>,
 }
 
 /// One caller's transaction inside a batch: a savepoint on the writer's
@@ -319,6 +322,9 @@ pub struct BatchTx {
     opened: bool,
     /// Where a statement that failed for want of storage is noted.
     health: Arc<super::health::WriteHealth>,
+    /// Woken after the commit if this job wrote an event.
+    events: Option<Arc<super::events::Signal>>,
+    wrote_event: bool,
 }
 
 impl std::fmt::Debug for BatchTx {
@@ -359,11 +365,21 @@ impl BatchTx {
         }
     }
 
+    /// Notes that this job wrote an event.
+    pub fn note_event(&mut self) {
+        self.wrote_event = true;
+    }
+
     /// Keeps this work and waits until the batch holding it is committed.
     pub async fn commit(mut self) -> StoreResult<()> {
         let (done, wait) = oneshot::channel();
+        let events = self.events.take().filter(|_| self.wrote_event);
         self.hand_back(Returned::Release(Done::Caller(done)));
-        wait.await.unwrap_or_else(|_| Err(writer_gone()))
+        let committed = wait.await.unwrap_or_else(|_| Err(writer_gone()));
+        if let (Ok(()), Some(events)) = (&committed, events) {
+            events.committed();
+        }
+        committed
     }
 
     /// Undoes this work.
@@ -401,16 +417,22 @@ impl Writer {
         let checkpointer = Checkpointer::start(&config)?;
         let (tx, rx) = mpsc::channel();
         let health = Arc::clone(&config.health);
+        let events = Arc::clone(&config.events);
         std::thread::Builder::new()
             .name("writ-sqlite-writer".into())
             .spawn(move || run(config, conn, rx, &checkpointer))
             .map_err(StoreError::from)?;
-        Ok(Writer { tx, health })
+        Ok(Writer { tx, health, events })
     }
 
     /// Whether the latest commits failed for want of storage.
     pub fn health(&self) -> &super::health::WriteHealth {
         &self.health
+    }
+
+    /// What wakes the feed's waiters.
+    pub fn events(&self) -> &Arc<super::events::Signal> {
+        &self.events
     }
 
     /// Waits for the connection, inside a fresh savepoint of the open batch.
@@ -850,6 +872,8 @@ impl Batch {
             let (back, returned) = oneshot::channel();
             let job = BatchTx {
                 health: Arc::clone(&config.health),
+                events: Some(Arc::clone(&config.events)),
+                wrote_event: false,
                 conn: Some(c),
                 back: Some(back),
                 opened: false,
@@ -912,6 +936,7 @@ mod tests {
         Writer::start(WriterConfig {
             health: Default::default(),
             max_page_count: None,
+            events: crate::store::events::Signal::local(),
             path: path.to_owned(),
             synchronous: "FULL",
             records,

@@ -581,49 +581,6 @@ pub struct GrantEventRow {
     pub at: String,
 }
 
-/// A timeline entry to append.
-pub struct NewGrantEvent<'a> {
-    pub grant_id: i64,
-    pub event: &'a str,
-    pub actor_id: i64,
-    pub from_state: Option<&'a str>,
-    pub to_state: &'a str,
-    pub state_revision: i64,
-    pub proposal_digest: &'a str,
-    pub detail: Option<&'a str>,
-    pub at: &'a str,
-}
-
-/// Appends a timeline entry.
-pub async fn insert_event(tx: &mut Tx, e: NewGrantEvent<'_>) -> StoreResult<()> {
-    let q = Query::insert()
-        .into_table(GrantEvents::Table)
-        .columns([
-            GrantEvents::GrantId,
-            GrantEvents::Event,
-            GrantEvents::ActorId,
-            GrantEvents::FromState,
-            GrantEvents::ToState,
-            GrantEvents::StateRevision,
-            GrantEvents::ProposalDigest,
-            GrantEvents::Detail,
-            GrantEvents::At,
-        ])
-        .values_panic([
-            e.grant_id.into(),
-            e.event.into(),
-            e.actor_id.into(),
-            e.from_state.into(),
-            e.to_state.into(),
-            e.state_revision.into(),
-            e.proposal_digest.into(),
-            e.detail.into(),
-            e.at.into(),
-        ])
-        .to_owned();
-    tx.execute(&q).await.map(|_| ())
-}
-
 /// A grant's timeline, oldest first.
 pub async fn events_of(tx: &mut Tx, grant_id: i64) -> StoreResult<Vec<GrantEventRow>> {
     let e = GrantEvents::Table;

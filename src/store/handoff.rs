@@ -1,6 +1,6 @@
 //! The writes of a successful handoff: the handoff evaluation, the next
-//! issue index, the issue, the receipt, the grant's counter and, for an
-//! audited call, the call's outcome. One statement on PostgreSQL (data-
+//! issue index, the issue, the receipt, the grant's counter, the
+//! `submission.created` event and, for an audited call, the call's outcome. One statement on PostgreSQL (data-
 //! modifying `WITH`s chained by `RETURNING`), a sequence of statements on
 //! SQLite (each runs where it is asked for, see `store::sqlite`). Every
 //! statement is a [`Shape`]: rendered once, bound to each handoff's values.
@@ -12,6 +12,7 @@ use sea_query::{
 
 use super::admission::{NewEvaluation, evaluation_insert, evaluation_values};
 use super::audit::{CallEnd, CallEndStatement, EndKind, Outcome};
+use super::events::Events;
 use super::issues::{ISSUE_COLUMNS, RECEIPT_COLUMNS, bump_index};
 use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions};
 use super::shape::{Args, Shape, slot};
@@ -39,6 +40,9 @@ pub struct Handoff<'a> {
     pub issue_url_prefix: &'a str,
     /// The grant's counter after this submission.
     pub submission_count: i64,
+    /// The grant's state and revision (a submission changes neither).
+    pub grant_state: &'a str,
+    pub state_revision: i64,
     /// The audited call's record and outcome, if the call is audited.
     pub audit: Option<(CallEnd<'a>, Outcome<'a>)>,
 }
@@ -67,17 +71,74 @@ fn values(h: &Handoff<'_>) -> Args {
         ("repository_full_name", h.repository_full_name.into()),
         ("issue_url_prefix", h.issue_url_prefix.into()),
         ("submission_count", h.submission_count.into()),
+        ("grant_state", h.grant_state.into()),
+        ("state_revision", h.state_revision.into()),
     ]);
     values
+}
+
+/// The `data` of a `submission.created` event whose issue got `index`.
+pub fn created_data(request_key: &str, index: i64) -> String {
+    serde_json::json!({
+        "request_key": request_key,
+        "issue_index": index,
+        "receipt_status": "submitted",
+    })
+    .to_string()
 }
 
 /// Writes a handoff. The grant row must be locked by the caller. A unique
 /// violation on `(grant_id, request_key)` is returned as is.
 pub async fn hand_off(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff> {
-    match tx.backend() {
+    let written = match tx.backend() {
         Backend::Postgres => hand_off_postgres(tx, h).await,
         Backend::Sqlite => hand_off_sqlite(tx, h).await,
-    }
+    }?;
+    tx.note_event();
+    Ok(written)
+}
+
+/// The `submission.created` event's insert, its `data` and the rest of its
+/// row read from `source`.
+fn event_from(data: Expr, source: SelectStatement) -> InsertStatement {
+    let mut select = source;
+    select
+        .expr(Expr::val("submission.created"))
+        .expr(slot("now"))
+        .expr(slot("agent_id"))
+        .expr(slot("repository_id"))
+        .expr(slot("grant_id"))
+        .expr(slot("grant_state"))
+        .expr(slot("state_revision"))
+        .expr(slot("proposal_digest"))
+        .expr(data);
+    Query::insert()
+        .into_table(Events::Table)
+        .columns([
+            Events::Type,
+            Events::OccurredAt,
+            Events::ActorId,
+            Events::RepositoryId,
+            Events::GrantId,
+            Events::State,
+            Events::StateRevision,
+            Events::ProposalDigest,
+            Events::Data,
+        ])
+        .select_from(select)
+        .expect("nine columns, nine values")
+        .returning_col(Events::Id)
+        .to_owned()
+}
+
+/// The webhook deliveries of the `submission.created` event `event`.
+fn deliveries(event: Expr) -> InsertStatement {
+    super::webhooks::enqueue(
+        event,
+        Expr::val("submission.created"),
+        slot("repository_id"),
+        slot("now"),
+    )
 }
 
 /// The issue insert, its index read from `index_source` (a table with the
@@ -144,6 +205,17 @@ fn audit_index(h: &Handoff<'_>) -> usize {
     }
 }
 
+/// The event's insert inside the PostgreSQL statement: its `data` built
+/// there, from the issue's index.
+fn created_event() -> InsertStatement {
+    let data = Expr::cust_with_exprs(
+        "json_build_object('request_key', $1::text, 'issue_index', $2, \
+         'receipt_status', 'submitted')::text",
+        [slot("request_key"), Expr::col(("iss", Issues::IssueIndex))],
+    );
+    event_from(data, Query::select().from("iss").to_owned())
+}
+
 fn hand_off_statement(audit: Option<EndKind>) -> WithQuery {
     let cte = |name: &str, query: SubQueryStatement| {
         CommonTableExpression::new()
@@ -175,7 +247,12 @@ fn hand_off_statement(audit: Option<EndKind>) -> WithQuery {
         .cte(cte(
             "g",
             bump_counter().returning_col(Grants::Id).to_owned().into(),
-        ));
+        ))
+        .cte(cte("evt", created_event().into()))
+        .cte(cte("dl", {
+            let event = Query::select().column(Events::Id).from("evt").to_owned();
+            deliveries(Expr::SubQuery(None, Box::new(event.into()))).into()
+        }));
     let mut select = Query::select();
     select
         .expr(Expr::col(("ev", AdmissionEvaluations::Id)))
@@ -217,6 +294,8 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
     static ISSUE: Shape = Shape::new();
     static RECEIPT: Shape = Shape::new();
     static COUNTER: Shape = Shape::new();
+    static EVENT: Shape = Shape::new();
+    static DELIVERIES: Shape = Shape::new();
     static AUDIT: [Shape; 2] = [const { Shape::new() }; 2];
     const SQLITE: Backend = Backend::Sqlite;
     let mut args = values(h);
@@ -253,6 +332,16 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
     if tx.execute(&q).await? != 1 {
         return Err(StoreError::NotFound);
     }
+    args.push((
+        "event_data",
+        created_data(h.request_key, issue_index).into(),
+    ));
+    let event = || event_from(slot("event_data"), Query::select().to_owned());
+    let q = EVENT.bind(SQLITE, event, &args);
+    let (event_id,): (i64,) = tx.fetch_one(&q).await?;
+    args.push(("event_id", event_id.into()));
+    let q = DELIVERIES.bind(SQLITE, || deliveries(slot("event_id")), &args);
+    tx.execute(&q).await?;
     if let Some((end, outcome)) = h.audit {
         let kind = end.kind();
         let shape = &AUDIT[usize::from(kind == EndKind::Complete)];

@@ -2,7 +2,7 @@
 
 use sea_query::{Expr, ExprTrait, JoinType, Order, Query, SelectStatement, UpdateStatement};
 
-use super::schema::{AdmissionEvaluations, Issues, Repositories, Submissions, Users};
+use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions, Users};
 use super::{StoreResult, Tx};
 
 /// Allocates the next per-repository issue index (never reused: the counter
@@ -135,6 +135,40 @@ pub async fn delete_issue(tx: &mut Tx, id: i64) -> StoreResult<u64> {
         .and_where(Expr::col(Issues::Id).eq(id))
         .to_owned();
     tx.execute(&q).await
+}
+
+/// A receipt of an issue, with its grant as it stands.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+pub struct ReceiptOfIssue {
+    pub request_key: String,
+    pub grant_id: i64,
+    pub repository_id: i64,
+    pub state: String,
+    pub state_revision: i64,
+    pub proposal_digest: String,
+}
+
+/// The receipts whose issue is `issue_id`, oldest first.
+pub async fn receipts_of_issue(tx: &mut Tx, issue_id: i64) -> StoreResult<Vec<ReceiptOfIssue>> {
+    let (s, g) = (Submissions::Table, Grants::Table);
+    let q = Query::select()
+        .column((s, Submissions::RequestKey))
+        .column((s, Submissions::GrantId))
+        .columns([
+            (g, Grants::RepositoryId),
+            (g, Grants::State),
+            (g, Grants::StateRevision),
+            (g, Grants::ProposalDigest),
+        ])
+        .from(s)
+        .inner_join(
+            g,
+            Expr::col((g, Grants::Id)).equals((s, Submissions::GrantId)),
+        )
+        .and_where(Expr::col((s, Submissions::IssueId)).eq(issue_id))
+        .order_by((s, Submissions::Id), sea_query::Order::Asc)
+        .to_owned();
+    tx.fetch_all(&q).await
 }
 
 /// Moves an issue to another repository under a new index.

@@ -6,6 +6,7 @@ pub mod admission;
 pub mod audit;
 pub mod batch;
 pub mod error;
+pub mod events;
 pub mod grant_pages;
 pub mod grants;
 pub mod handoff;
@@ -22,6 +23,7 @@ pub mod sessions;
 pub mod shape;
 pub mod sqlite;
 mod sqlite_row;
+pub mod webhooks;
 
 use std::borrow::Cow;
 use std::str::FromStr;
@@ -87,9 +89,10 @@ pub enum RecordDurability {
 }
 
 /// Most connections of sqlx's PostgreSQL pool, which serves only the
-/// migrations and the report streams (the use cases have
-/// `max_connections` of their own, [`pg_conns`]).
-const POSTGRES_AUX_CONNECTIONS: u32 = 4;
+/// migrations, the report streams and the events' `LISTEN` (one, held) and
+/// `NOTIFY` (the use cases have `max_connections` of their own,
+/// [`pg_conns`]).
+const POSTGRES_AUX_CONNECTIONS: u32 = 5;
 
 /// How long a PostgreSQL use case waits for a connection (either pool)
 /// before it fails.
@@ -199,6 +202,7 @@ impl Store {
                 },
                 health: Default::default(),
                 max_page_count: config.sqlite_max_page_count,
+                events: events::Signal::local(),
             })?;
             Ok(Store::Sqlite(pool, writer, readers))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
@@ -212,6 +216,7 @@ impl Store {
                 generic_plans(options, url),
                 Ord::max(config.max_connections, 2),
                 POSTGRES_ACQUIRE_TIMEOUT,
+                events::Signal::postgres(pool.clone()),
             );
             let records = if config.postgres_durable_read_records {
                 RecordDurability::Durable
@@ -229,6 +234,14 @@ impl Store {
         match self {
             Store::Sqlite(..) => Backend::Sqlite,
             Store::Postgres(..) => Backend::Postgres,
+        }
+    }
+
+    /// What wakes the feed's waiters when events commit.
+    pub fn events(&self) -> &Arc<events::Signal> {
+        match self {
+            Store::Sqlite(_, writer, _) => writer.events(),
+            Store::Postgres(_, conns, _) => conns.events(),
         }
     }
 
@@ -333,6 +346,7 @@ impl Store {
                 pool.close().await
             }
             Store::Postgres(pool, conns, _) => {
+                conns.events().stop();
                 conns.close().await;
                 pool.close().await
             }
@@ -452,6 +466,16 @@ impl Tx {
             tx.health().note(&outcome);
         }
         outcome
+    }
+
+    /// Notes that this transaction wrote an event: the feed's waiters are
+    /// woken once it committed.
+    pub fn note_event(&mut self) {
+        match self {
+            Tx::Batch(tx) => tx.note_event(),
+            Tx::Postgres(c) => c.note_event(),
+            Tx::Inline(_) | Tx::PostgresSingle(_) | Tx::Local(_) => {}
+        }
     }
 
     /// Commits; only after this returns may a 2xx be sent.

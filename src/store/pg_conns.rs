@@ -54,6 +54,8 @@ pub struct Conns {
     closed: AtomicBool,
     /// The outcome of the latest commit.
     health: super::health::WriteHealth,
+    /// Woken once a transaction that wrote events committed.
+    events: Arc<super::events::Signal>,
 }
 
 #[derive(Debug)]
@@ -72,7 +74,12 @@ enum State {
 
 impl Conns {
     /// At most `max` connections to the database of `options`.
-    pub fn new(options: PgConnectOptions, max: u32, acquire_timeout: Duration) -> Arc<Conns> {
+    pub fn new(
+        options: PgConnectOptions,
+        max: u32,
+        acquire_timeout: Duration,
+        events: Arc<super::events::Signal>,
+    ) -> Arc<Conns> {
         Arc::new(Conns {
             options,
             idle: Mutex::new(Vec::new()),
@@ -80,12 +87,18 @@ impl Conns {
             acquire_timeout,
             closed: AtomicBool::new(false),
             health: Default::default(),
+            events,
         })
     }
 
     /// Whether the latest commits failed for want of storage.
     pub fn health(&self) -> &super::health::WriteHealth {
         &self.health
+    }
+
+    /// What wakes the feed's waiters.
+    pub fn events(&self) -> &Arc<super::events::Signal> {
+        &self.events
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
@@ -133,6 +146,7 @@ impl Conns {
                 permit: Some(permit),
                 home: Arc::clone(self),
                 state: State::Settled,
+                wrote_event: false,
             });
         }
     }
@@ -166,6 +180,8 @@ pub struct Conn {
     permit: Option<OwnedSemaphorePermit>,
     home: Arc<Conns>,
     state: State,
+    /// Whether the open transaction wrote an event.
+    wrote_event: bool,
 }
 
 impl Conn {
@@ -199,13 +215,22 @@ impl Conn {
     pub async fn begin(&mut self, begin: &'static str) -> StoreResult<()> {
         debug_assert_eq!(self.state, State::Settled);
         self.state = State::InTx;
+        self.wrote_event = false;
         Ok(self.raw().execute(begin).await.map(drop)?)
+    }
+
+    /// Notes that the open transaction wrote an event.
+    pub fn note_event(&mut self) {
+        self.wrote_event = true;
     }
 
     /// Commits the open transaction.
     pub async fn commit(&mut self) -> StoreResult<()> {
         let committed = self.end("COMMIT").await;
         self.home.health.note(&committed);
+        if committed.is_ok() && std::mem::take(&mut self.wrote_event) {
+            self.home.events.committed();
+        }
         committed
     }
 
@@ -289,7 +314,12 @@ pub(crate) mod tests {
             return None;
         };
         let options = PgConnectOptions::from_str(&url).expect("WRIT_TEST_POSTGRES_URL");
-        Some(Conns::new(options, max, Duration::from_secs(10)))
+        Some(Conns::new(
+            options,
+            max,
+            Duration::from_secs(10),
+            crate::store::events::Signal::local(),
+        ))
     }
 
     pub(crate) async fn run(conn: &mut Conn, sql: &str) -> StoreResult<()> {

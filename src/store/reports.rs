@@ -31,13 +31,21 @@ pub enum Report {
     Admissions,
     /// `report_tool_calls_v1`
     ToolCalls,
+    /// `report_webhook_deliveries_v1`
+    WebhookDeliveries,
 }
 
 use Kind::{Int, Text};
 
 impl Report {
     /// Every report's name.
-    pub const NAMES: [&'static str; 4] = ["receipts", "grants", "admissions", "tool-calls"];
+    pub const NAMES: [&'static str; 5] = [
+        "receipts",
+        "grants",
+        "admissions",
+        "tool-calls",
+        "webhook-deliveries",
+    ];
 
     /// Parses a report name (`receipts`, `grants`).
     pub fn parse(name: &str) -> Option<Report> {
@@ -46,6 +54,7 @@ impl Report {
             Report::Grants,
             Report::Admissions,
             Report::ToolCalls,
+            Report::WebhookDeliveries,
         ];
         Report::NAMES
             .iter()
@@ -60,6 +69,7 @@ impl Report {
             Report::Grants => "report_grants_v1",
             Report::Admissions => "report_admissions_v1",
             Report::ToolCalls => "report_tool_calls_v1",
+            Report::WebhookDeliveries => "report_webhook_deliveries_v1",
         }
     }
 
@@ -133,6 +143,18 @@ impl Report {
                 ("at", Text),
                 ("grant_rule_id", Text),
             ],
+            Report::WebhookDeliveries => &[
+                ("delivery_id", Int),
+                ("subscription_id", Int),
+                ("event_id", Int),
+                ("event_type", Text),
+                ("status", Text),
+                ("attempts", Int),
+                ("last_attempt_at", Text),
+                ("last_status_code", Int),
+                ("last_error", Text),
+                ("delivered_at", Text),
+            ],
         }
     }
 
@@ -142,6 +164,7 @@ impl Report {
             Report::Grants => "created_at",
             Report::Admissions => "evaluated_at",
             Report::ToolCalls => "called_at",
+            Report::WebhookDeliveries => "last_attempt_at",
         }
     }
 
@@ -151,7 +174,14 @@ impl Report {
             Report::Grants => &["grant_id"],
             Report::Admissions => &["evaluation_id"],
             Report::ToolCalls => &["call_id"],
+            Report::WebhookDeliveries => &["delivery_id"],
         }
+    }
+
+    /// Whether the view has this column (the `repo` and `agent` filters
+    /// need `repository` and `agent_login`).
+    pub fn has(self, column: &str) -> bool {
+        self.columns().iter().any(|(name, _)| *name == column)
     }
 }
 

@@ -22,6 +22,8 @@ async fn fingerprint(app: &TestApp) -> Vec<Vec<Option<String>>> {
         "collaborators",
         "grants",
         "grant_events",
+        "events",
+        "webhook_deliveries",
         "issues",
         "submissions",
         "admission_evaluations",

@@ -108,6 +108,7 @@ async fn every_page_is_reachable_from_the_dashboard(case: Case) {
         "/admin".to_owned(),
         "/admin/mcp".to_owned(),
         "/admin/tool-grants".to_owned(),
+        "/admin/webhooks".to_owned(),
         repo.clone(),
         format!("{repo}/agent-work-grants/new"),
         format!("{repo}/settings/filesystem-context"),

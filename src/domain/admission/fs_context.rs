@@ -89,6 +89,24 @@ impl FsHistory {
     }
 }
 
+/// The `phase` of a `filesystem_context.changed` event: `narrowed` for an
+/// approval of fewer capabilities than the approval in force (`in_force`,
+/// empty when none is), else the stored action (`approved`, `denied`,
+/// `removed`).
+pub fn change_phase(
+    in_force: &std::collections::BTreeSet<String>,
+    action: &'static str,
+    capabilities: &std::collections::BTreeSet<String>,
+) -> &'static str {
+    let narrows =
+        !in_force.is_empty() && capabilities.is_subset(in_force) && capabilities != in_force;
+    if action == "approved" && narrows {
+        "narrowed"
+    } else {
+        action
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

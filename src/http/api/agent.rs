@@ -81,33 +81,88 @@ pub async fn list_grants(
     Ok(response)
 }
 
-/// Reads one of the calling bot's grants.
+/// Reads one of the calling bot's grants; with `wait_for_change` and
+/// `state_revision`, once its revision differs from that one (or the wait
+/// ended).
 #[utoipa::path(get, path = "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}", tag = "agent",
-    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("grant_id" = inline(crate::service::schema::PositiveId), Path)),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("grant_id" = inline(crate::service::schema::PositiveId), Path),
+           ("wait_for_change" = Option<u64>, Query, description = "0 to 60 seconds to wait for the grant's state_revision to differ from `state_revision` (required with it)"),
+           ("state_revision" = Option<i64>, Query, description = "the revision the caller holds (with `wait_for_change`)")),
     responses((status = 200, body = GrantEnvelope), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
     security(("token" = [])))]
 pub async fn get_grant(
     State(ctx): State<Ctx>,
     headers: HeaderMap,
     path: Result<Path<Triplet>, PathRejection>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<GrantEnvelope>, ApiError> {
     let mut caller = api_caller_deferred(&ctx, &headers).await?;
+    let mut args = path_args(&path, None);
+    for (name, _) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        args.insert(name.into_owned(), Value::Null);
+    }
     let result = async {
-        admit(
-            &ctx,
-            &mut caller,
-            Tool::Get,
-            &headers,
-            &path_args(&path, None),
-        )?;
+        admit(&ctx, &mut caller, Tool::Get, &headers, &args)?;
         let (owner, repo, id) = segments(path)?;
         let id = GrantId::parse(&id)?;
+        if let Some((wait, held)) = parse_wait_for_change(query.as_deref())? {
+            agent::wait_for_change(&ctx, &caller, &owner, &repo, id, held, wait).await?;
+        }
         agent::get(&ctx, &caller, &owner, &repo, id).await
     }
     .await;
     let grant = audit::finish(&ctx, &caller, result, 200).await?;
     Ok(Json(GrantEnvelope { grant }))
+}
+
+/// The longest `wait_for_change` of the native grant read, in seconds.
+const MAX_WAIT_FOR_CHANGE: u64 = 60;
+
+/// `wait_for_change` (0–60 s) and `state_revision` (≥ 0) of a grant read,
+/// both or neither; any other parameter is refused.
+fn parse_wait_for_change(
+    query: Option<&str>,
+) -> Result<Option<(std::time::Duration, i64)>, crate::service::Error> {
+    use crate::service::Error;
+    let (mut wait, mut held) = (None, None);
+    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let digits =
+            !value.is_empty() && value.len() <= 19 && value.bytes().all(|b| b.is_ascii_digit());
+        match name.as_ref() {
+            "wait_for_change" => {
+                let seconds = value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|s| digits && *s <= MAX_WAIT_FOR_CHANGE);
+                let seconds = seconds.ok_or_else(|| {
+                    Error::Invalid("wait_for_change must be an integer from 0 to 60".into())
+                })?;
+                if wait.replace(seconds).is_some() {
+                    return Err(Error::Invalid("a query parameter is repeated".into()));
+                }
+            }
+            "state_revision" => {
+                let revision = value.parse::<i64>().ok().filter(|_| digits);
+                let revision = revision.ok_or_else(|| {
+                    Error::Invalid("state_revision must be an integer of at least 0".into())
+                })?;
+                if held.replace(revision).is_some() {
+                    return Err(Error::Invalid("a query parameter is repeated".into()));
+                }
+            }
+            _ => return Err(Error::Invalid("unknown query parameter".into())),
+        }
+    }
+    match (wait, held) {
+        (Some(seconds), Some(revision)) => {
+            Ok(Some((std::time::Duration::from_secs(seconds), revision)))
+        }
+        (None, None) => Ok(None),
+        _ => Err(Error::Invalid(
+            "wait_for_change and state_revision go together".into(),
+        )),
+    }
 }
 
 /// The audit arguments of a grant route: owner, repo, grant_id and the

@@ -2,9 +2,11 @@
 
 pub mod admin;
 pub mod agent;
+pub mod events;
 pub mod issues;
 pub mod policy;
 pub mod submissions;
+pub mod webhooks;
 
 use axum::Router;
 use axum::extract::Path;
@@ -28,6 +30,9 @@ use crate::service::{Ctx, Error};
         admin::create_user, admin::create_token, admin::revoke_token,
         admin::create_repo, admin::put_collaborator, admin::delete_collaborator, admin::report,
         policy::get_tool_grants, policy::put_tool_grants,
+        events::feed,
+        webhooks::create, webhooks::list, webhooks::get, webhooks::update, webhooks::delete,
+        webhooks::rotate_secret, webhooks::deliveries, webhooks::retry,
     ),
     components(schemas(ErrorBody, crate::service::policy::ToolGrantInput, crate::service::schema::PageNumber,
         crate::service::schema::PageLimit, crate::service::schema::StateFilter, crate::service::schema::ReportFormatText,
@@ -35,6 +40,7 @@ use crate::service::{Ctx, Error};
     modifiers(&Security),
     tags((name = "agent", description = "Routes for bot accounts (the MCP adapter's upstream)"),
          (name = "issues", description = "Issues of a repository"),
+         (name = "events", description = "The feed of every change (docs/events.md)"),
          (name = "admin", description = "Setup privilege"))
 )]
 pub struct ApiDoc;
@@ -55,6 +61,29 @@ impl utoipa::Modify for Security {
 pub fn routes() -> Router<Ctx> {
     Router::new()
         .route("/api/v1/agent-work-grants", get(agent::list_grants))
+        .route("/api/v1/events", get(events::feed))
+        .route(
+            "/api/v1/admin/webhooks",
+            get(webhooks::list).post(webhooks::create),
+        )
+        .route(
+            "/api/v1/admin/webhooks/{id}",
+            get(webhooks::get)
+                .patch(webhooks::update)
+                .delete(webhooks::delete),
+        )
+        .route(
+            "/api/v1/admin/webhooks/{id}/rotate-secret",
+            post(webhooks::rotate_secret),
+        )
+        .route(
+            "/api/v1/admin/webhooks/{id}/deliveries",
+            get(webhooks::deliveries),
+        )
+        .route(
+            "/api/v1/admin/webhooks/{id}/deliveries/{delivery_id}/retry",
+            post(webhooks::retry),
+        )
         .route(
             "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}",
             get(agent::get_grant),

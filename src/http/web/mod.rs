@@ -69,6 +69,7 @@ pub fn routes() -> Router<Ctx> {
         .route("/admin", get(settings::admin))
         .route("/admin/mcp", get(settings::admin_mcp))
         .route("/admin/tool-grants", get(settings::admin_tool_grants))
+        .route("/admin/webhooks", get(settings::admin_webhooks))
         .route("/{owner}/{repo}/issues/{index}", get(grants::issue_page))
         .layer(axum::middleware::from_fn(form_utf8::refuse_invalid_utf8))
 }

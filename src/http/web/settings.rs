@@ -13,7 +13,7 @@ use super::{chrome, error_response, form_session, html, not_found_page, refusal,
 use crate::domain::admission::fs_context::FS_CAPABILITIES;
 use crate::domain::ids::is_reserved;
 use crate::service::sessions::WebSession;
-use crate::service::{Ctx, Error, fs_context, health, policy};
+use crate::service::{Ctx, Error, fs_context, health, policy, webhooks};
 
 async fn render(
     ctx: &Ctx,
@@ -185,6 +185,31 @@ pub async fn admin_tool_grants(State(ctx): State<Ctx>, jar: CookieJar) -> Respon
     };
     match policy::every_bot(&ctx).await {
         Ok(bots) => html(StatusCode::OK, templates::ToolGrantsPage { chrome, bots }),
+        Err(e) => refusal(&ctx, &session, e).await,
+    }
+}
+
+/// `GET /admin/webhooks` (site admins): each webhook subscription and its
+/// latest deliveries, read only (changed with the admin API).
+pub async fn admin_webhooks(State(ctx): State<Ctx>, jar: CookieJar) -> Response {
+    let crumbs = [ADMIN, ("/admin/webhooks", "Webhooks")];
+    let (session, chrome) = match admin_frame(&ctx, &jar, &crumbs).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let loaded = async {
+        let mut hooks = Vec::new();
+        for subscription in webhooks::every(&ctx).await? {
+            let deliveries = webhooks::deliveries_of(&ctx, subscription.id, 20).await?;
+            hooks.push(templates::WebhookCard {
+                subscription,
+                deliveries,
+            });
+        }
+        Ok::<_, Error>(hooks)
+    };
+    match loaded.await {
+        Ok(hooks) => html(StatusCode::OK, templates::WebhooksPage { chrome, hooks }),
         Err(e) => refusal(&ctx, &session, e).await,
     }
 }

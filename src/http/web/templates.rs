@@ -395,6 +395,20 @@ pub struct ToolGrantsPage {
     pub bots: Vec<crate::service::policy::ToolGrantsView>,
 }
 
+/// `/admin/webhooks`: each subscription and its latest deliveries.
+#[derive(Template)]
+#[template(path = "admin_webhooks.html")]
+pub struct WebhooksPage {
+    pub chrome: Chrome,
+    pub hooks: Vec<WebhookCard>,
+}
+
+/// One subscription on `/admin/webhooks`.
+pub struct WebhookCard {
+    pub subscription: crate::service::webhooks::SubscriptionView,
+    pub deliveries: Vec<crate::service::webhooks::DeliveryView>,
+}
+
 /// `/admin/mcp`
 #[derive(Template)]
 #[template(path = "admin_mcp.html")]

@@ -6,6 +6,7 @@
 
 mod admin;
 mod approval;
+mod events;
 mod evidence;
 mod filesystem_context;
 mod health;

@@ -51,6 +51,12 @@ pub struct Fixture<'a> {
     pub doomed_issue: i64,
     /// A token of builder-bot that the admin revokes.
     pub spare_token: i64,
+    /// A disabled webhook subscription (its host under `.invalid`, never
+    /// resolved) with one failed delivery, retried by its route; and one
+    /// the admin deletes.
+    pub webhook: i64,
+    pub webhook_delivery: i64,
+    pub doomed_webhook: i64,
     serial: AtomicU64,
 }
 
@@ -88,6 +94,8 @@ impl<'a> Fixture<'a> {
         let approve_grant = world.confirmed("Catalogue: approve").await;
         let withdraw_grant = world.confirmed("Catalogue: withdraw").await;
         let spare_token = app.create_token(BOT, &["read:repository"]).await.id;
+        let (webhook, webhook_delivery) = failed_delivery(app).await;
+        let doomed_webhook = disabled_webhook(app, "doomed").await;
         let root = Browser::logged_in(&app.base, ADMIN_LOGIN, ADMIN_PASSWORD).await;
         let index = |s: &Value| s["issue"]["index"].as_i64().expect("issue index");
         Fixture {
@@ -104,6 +112,9 @@ impl<'a> Fixture<'a> {
             active_digest,
             receipt_key,
             spare_token,
+            webhook,
+            webhook_delivery,
+            doomed_webhook,
             serial: AtomicU64::new(1),
         }
     }
@@ -140,6 +151,9 @@ impl<'a> Fixture<'a> {
             (_, "token_id") => self.spare_token.to_string(),
             (_, "mcp_id") => MCP_ID.into(),
             ("report", "name") => "receipts".into(),
+            ("delete_webhook", "id") => self.doomed_webhook.to_string(),
+            (_, "id") => self.webhook.to_string(),
+            (_, "delivery_id") => self.webhook_delivery.to_string(),
             _ => return None,
         })
     }
@@ -150,6 +164,8 @@ impl<'a> Fixture<'a> {
         let pairs: &[(&str, &str)] = match operation {
             "list_grants" => &[("page", "1"), ("limit", "30"), ("state", "all")],
             "list_issues" => &[("page", "1"), ("limit", "30")],
+            "events_feed" => &[("limit", "10")],
+            "list_webhook_deliveries" => &[("limit", "10")],
             "report" => &[
                 ("format", "json"),
                 ("repo", "acme/widgets"),
@@ -186,6 +202,12 @@ impl<'a> Fixture<'a> {
             "put_collaborator" => json!({"permission": "write"}),
             "put_tool_grants" => tool_grants(),
             "put_mcp_health" => json!({"installed": true, "healthy": true, "detail": "catalogue"}),
+            "create_webhook" => json!({
+                "url": format!("https://hooks.example.invalid/cat-{n}"), "types": ["grant.*"],
+                "repos": ["acme/*"], "format": "standard", "description": "catalogue",
+                "enabled": false,
+            }),
+            "update_webhook" => json!({"description": format!("catalogue {n}")}),
             _ => return None,
         })
     }
@@ -215,6 +237,46 @@ impl<'a> Fixture<'a> {
         }
         Some(args)
     }
+}
+
+/// A disabled subscription whose host is under `.invalid`: never resolved,
+/// never called.
+async fn disabled_webhook(app: &TestApp, name: &str) -> i64 {
+    let body = json!({"url": format!("https://hooks.example.invalid/{name}"), "enabled": false});
+    let resp = app
+        .send(
+            Method::POST,
+            "/api/v1/admin/webhooks",
+            Auth::Token(&app.admin_token),
+            Body::Json(body),
+        )
+        .await;
+    resp.assert_status(201);
+    resp.json()["id"].as_i64().expect("subscription id")
+}
+
+/// A disabled subscription and a failed delivery of it (written with SQL:
+/// a disabled subscription gets none, and an enabled one would be called).
+async fn failed_delivery(app: &TestApp) -> (i64, i64) {
+    let id = disabled_webhook(app, "catalogue").await;
+    let mut conn = crate::db::SqlConn::connect(&app.database_url()).await;
+    conn.execute(&format!(
+        "INSERT INTO webhook_deliveries (subscription_id, event_id, status, attempts, \
+         next_attempt_at, last_error, created_at) SELECT {id}, max(id), 'failed', 1, \
+         '2026-01-01T00:00:00.000000Z', 'catalogue', '2026-01-01T00:00:00.000000Z' FROM events"
+    ))
+    .await
+    .expect("insert a delivery");
+    let rows = conn
+        .text_rows("SELECT CAST(max(id) AS TEXT) FROM webhook_deliveries")
+        .await;
+    conn.close().await;
+    let delivery = rows[0][0]
+        .as_deref()
+        .expect("a delivery")
+        .parse()
+        .expect("an id");
+    (id, delivery)
 }
 
 /// builder-bot's tool grants: every tool on any repository.

@@ -164,6 +164,7 @@ fn routes(doc: &Value, fx: &Fixture<'_>) -> Vec<WebRoute> {
         bare("/admin/mcp", Session::Root),
         bare("/admin", Session::Root),
         bare("/admin/tool-grants", Session::Root),
+        bare("/admin/webhooks", Session::Root),
         bare("/repositories", Session::Alice),
         page(
             "/{owner}/{repo}",

@@ -17,6 +17,7 @@ mod inputs;
 mod matching;
 mod python_sdk;
 mod transport;
+mod wait;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
