@@ -69,6 +69,13 @@ impl Writ {
             "connection limits"
         );
         let deliveries = tokio::spawn(service::webhooks::run(self.ctx.clone()));
+        let waiters = std::sync::Arc::clone(&self.ctx.waiters);
+        let shutdown = async move {
+            shutdown.await;
+            // Waiting requests answer and event streams end, so the
+            // connections can finish.
+            waiters.close();
+        };
         let served = http::serve::serve(listener, self.router(), limits, shutdown).await;
         deliveries.abort();
         served?;

@@ -167,6 +167,66 @@ enum AdminCommand {
     /// Read or replace a bot's MCP tool grants.
     #[command(subcommand)]
     ToolGrants(ToolGrantsCommand),
+    /// Webhook subscriptions (docs/events.md): list, create, change,
+    /// delete, rotate the secret, read deliveries, retry one.
+    #[command(subcommand)]
+    Webhook(WebhookCommand),
+}
+
+#[derive(Subcommand)]
+enum WebhookCommand {
+    /// Print every subscription as JSON lines.
+    List,
+    /// Create one; prints it with its signing secret (shown only now).
+    Create {
+        #[arg(long)]
+        url: String,
+        /// An event type or `prefix.*` (repeatable; none: every type).
+        #[arg(long = "type")]
+        types: Vec<String>,
+        /// `owner/name` or `owner/*` (repeatable; none: every repository).
+        #[arg(long = "repo")]
+        repos: Vec<String>,
+        /// standard or slack
+        #[arg(long, default_value = "standard")]
+        format: String,
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Create it disabled.
+        #[arg(long)]
+        disabled: bool,
+    },
+    /// Enable or disable one.
+    Set {
+        #[arg(long)]
+        id: i64,
+        #[arg(long)]
+        enabled: bool,
+    },
+    /// Delete one (its deliveries stay on record).
+    Delete {
+        #[arg(long)]
+        id: i64,
+    },
+    /// A new secret, printed once; the previous one signs too for 24 h.
+    RotateSecret {
+        #[arg(long)]
+        id: i64,
+    },
+    /// Print its newest deliveries as JSON lines.
+    Deliveries {
+        #[arg(long)]
+        id: i64,
+        #[arg(long, default_value_t = 50)]
+        limit: u64,
+    },
+    /// Make a delivery due now.
+    Retry {
+        #[arg(long)]
+        id: i64,
+        #[arg(long)]
+        delivery: i64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -469,6 +529,7 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
             let view = writ::service::policy::put(ctx, Setup::CLI, &login, input, "cli").await?;
             println!("{}", serde_json::to_string(&view)?);
         }
+        AdminCommand::Webhook(cmd) => webhook(ctx, cmd).await?,
         AdminCommand::Collaborator(CollaboratorCommand::Remove { repo, login }) => {
             let (owner, name) = repo
                 .split_once('/')
@@ -508,6 +569,61 @@ async fn run_report(writ: &Writ, args: ReportArgs) -> anyhow::Result<()> {
         out.write_all(chunk?.as_bytes())?;
     }
     out.flush()?;
+    Ok(())
+}
+
+async fn webhook(ctx: &writ::service::Ctx, cmd: WebhookCommand) -> anyhow::Result<()> {
+    use writ::service::webhooks::{self, SubscriptionInput, SubscriptionPatch};
+    match cmd {
+        WebhookCommand::List => {
+            for s in webhooks::every(ctx).await? {
+                print_json(&s)?;
+            }
+        }
+        WebhookCommand::Create {
+            url,
+            types,
+            repos,
+            format,
+            description,
+            disabled,
+        } => {
+            let input = SubscriptionInput {
+                url,
+                types,
+                repos,
+                format: Some(format),
+                description: Some(description),
+                enabled: Some(!disabled),
+            };
+            print_json(&webhooks::create(ctx, Setup::CLI, input).await?)?;
+        }
+        WebhookCommand::Set { id, enabled } => {
+            let patch = SubscriptionPatch {
+                enabled: Some(enabled),
+                ..SubscriptionPatch::default()
+            };
+            print_json(&webhooks::update(ctx, Setup::CLI, id, patch).await?)?;
+        }
+        WebhookCommand::Delete { id } => webhooks::delete(ctx, Setup::CLI, id).await?,
+        WebhookCommand::RotateSecret { id } => {
+            print_json(&webhooks::rotate_secret(ctx, Setup::CLI, id).await?)?;
+        }
+        WebhookCommand::Deliveries { id, limit } => {
+            for d in webhooks::deliveries_of(ctx, id, limit.clamp(1, 1000)).await? {
+                print_json(&d)?;
+            }
+        }
+        WebhookCommand::Retry { id, delivery } => {
+            print_json(&webhooks::retry(ctx, Setup::CLI, id, delivery).await?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Prints one value as a JSON line.
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(value)?);
     Ok(())
 }
 

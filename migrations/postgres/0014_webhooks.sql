@@ -64,3 +64,5 @@ SELECT d.id AS delivery_id, d.subscription_id, d.event_id, e.type AS event_type,
        d.status, d.attempts, d.last_attempt_at, d.last_status_code, d.last_error,
        d.delivered_at
 FROM webhook_deliveries d JOIN events e ON e.id = d.event_id;
+
+GRANT SELECT ON report_webhook_deliveries_v1 TO writ_reporting;

@@ -286,14 +286,14 @@ pub async fn wait_for_change(
             _ => return Ok(()),
         }
         let now = tokio::time::Instant::now();
-        if now >= deadline {
+        if now >= deadline || ctx.waiters.is_closing() {
             return Ok(());
         }
         if waiting.is_none() {
             waiting = Some(ctx.waiters.enter(caller.token_id)?);
         }
         let nap = (deadline - now).min(events::SAFETY_POLL);
-        let _ = tokio::time::timeout(nap, commits.changed()).await;
+        ctx.waiters.nap(&mut commits, nap).await;
     }
 }
 

@@ -263,7 +263,7 @@ pub async fn feed(ctx: &Ctx, caller: &Caller, params: &FeedParams) -> Result<Fee
             store::feed(&mut tx, &query).await?
         };
         let now = tokio::time::Instant::now();
-        if !rows.is_empty() || now >= deadline {
+        if !rows.is_empty() || now >= deadline || ctx.waiters.is_closing() {
             let events: Vec<EventView> = rows.into_iter().map(EventView::from_row).collect();
             let next = events.last().map_or(params.after, |e| e.cursor);
             return Ok(FeedPage {
@@ -275,7 +275,7 @@ pub async fn feed(ctx: &Ctx, caller: &Caller, params: &FeedParams) -> Result<Fee
             waiting = Some(ctx.waiters.enter(caller.token_id)?);
         }
         let nap = (deadline - now).min(SAFETY_POLL);
-        let _ = tokio::time::timeout(nap, commits.changed()).await;
+        ctx.waiters.nap(&mut commits, nap).await;
     }
 }
 
@@ -295,10 +295,13 @@ pub async fn export_feed_lag(ctx: &Ctx) {
 
 /// The requests waiting for events: at most [`Waiters::PER_TOKEN`] per
 /// token and `total` in all; a request over either cap is refused (429).
+/// When the server shuts down ([`Waiters::close`]) every wait ends at once
+/// and event streams end, so a graceful shutdown is not held up by them.
 #[derive(Debug)]
 pub struct Waiters {
     total: usize,
     by_token: Mutex<HashMap<i64, usize>>,
+    closing: tokio::sync::watch::Sender<bool>,
 }
 
 /// One waiting request, counted until dropped.
@@ -317,6 +320,32 @@ impl Waiters {
         Waiters {
             total,
             by_token: Mutex::new(HashMap::new()),
+            closing: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    /// Ends every wait, now and from now on (the server is shutting down).
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Whether the server is shutting down.
+    pub fn is_closing(&self) -> bool {
+        *self.closing.borrow()
+    }
+
+    /// Waits until the server shuts down.
+    pub async fn closed(&self) {
+        let mut closing = self.closing.subscribe();
+        let _ = closing.wait_for(|c| *c).await;
+    }
+
+    /// Waits for a commit that wrote events, at most `nap`, and not past a
+    /// shutdown.
+    pub async fn nap(&self, commits: &mut tokio::sync::watch::Receiver<u64>, nap: Duration) {
+        tokio::select! {
+            _ = tokio::time::timeout(nap, commits.changed()) => {}
+            () = self.closed() => {}
         }
     }
 

@@ -646,7 +646,8 @@ pub async fn delivery(
 }
 
 /// Makes a delivery due again at `now` (a manual retry): pending, its
-/// attempts kept.
+/// attempts kept. A delivery a worker holds (a live lease) is left alone:
+/// it is being attempted.
 pub async fn retry(tx: &mut Tx, id: i64, now: &str) -> StoreResult<u64> {
     use WebhookDeliveries as D;
     let q = Query::update()
@@ -655,6 +656,11 @@ pub async fn retry(tx: &mut Tx, id: i64, now: &str) -> StoreResult<u64> {
         .value(D::NextAttemptAt, now)
         .value(D::LeaseUntil, Option::<String>::None)
         .and_where(Expr::col(D::Id).eq(id))
+        .cond_where(
+            Cond::any()
+                .add(Expr::col(D::LeaseUntil).is_null())
+                .add(Expr::col(D::LeaseUntil).lte(now)),
+        )
         .to_owned();
     tx.execute(&q).await
 }

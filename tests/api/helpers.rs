@@ -315,6 +315,7 @@ impl TestApp {
             database_url: self.database_url(),
             bind: format!("127.0.0.1:{port}"),
             public_url: Some(self.base.clone()),
+            webhooks: self.writ.ctx().config.webhooks.clone(),
             ..writ::Config::default()
         };
         let writ = writ::Writ::open(config).await.expect("open the replica");

@@ -39,6 +39,7 @@ mod report;
 mod server;
 mod stats;
 mod target;
+mod webhooks;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -107,6 +108,10 @@ pub struct Args {
     /// Keep the temp directory (server log, SQLite files) and the databases.
     #[arg(long)]
     pub keep: bool,
+    /// Subscribe a receiver in this process to every event (webhook
+    /// deliveries run with the rows) and report what it got.
+    #[arg(long)]
+    pub webhook: bool,
 }
 
 fn main() -> ExitCode {
@@ -177,6 +182,10 @@ async fn run(args: &Args, target: &target::Target) -> anyhow::Result<bool> {
     let mut server = server::Server::start(args, target).await?;
     let mut world = fixture::build(&server, bots, repos, args.extra_grants).await?;
     bench.grants = bulk::add_grants(target, args.bulk_grants).await?;
+    let receiver = match args.webhook {
+        true => Some(webhooks::Receiver::start(&server).await?),
+        false => None,
+    };
     eprintln!(
         "writ-bench: {bots} bots, {repos} repositories, server pid {} on {}",
         server.pid(),
@@ -195,6 +204,9 @@ async fn run(args: &Args, target: &target::Target) -> anyhow::Result<bool> {
         }
     }
     bench.check_counters(&world, &server).await;
+    if let Some(receiver) = receiver {
+        bench.webhooks = Some(receiver.finish().await);
+    }
     bench.finish(&mut server).await
 }
 

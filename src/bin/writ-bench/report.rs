@@ -203,6 +203,8 @@ pub struct Bench {
     pub bars: Vec<Bar>,
     /// Problems: unexpected statuses, counter mismatches, server log errors.
     pub problems: Vec<String>,
+    /// With `--webhook`: what the receiver saw.
+    pub webhooks: Option<crate::webhooks::WebhookStats>,
     #[serde(skip)]
     synchronous: String,
     #[serde(skip)]
@@ -236,6 +238,7 @@ impl Bench {
             rows: Vec::new(),
             bars: Vec::new(),
             problems: Vec::new(),
+            webhooks: None,
             synchronous: target.config.sqlite_synchronous.clone(),
             json: args.json.clone(),
             bar_clients: args.bar_clients,
@@ -428,6 +431,17 @@ impl Bench {
             };
             let vs = b.vs_fastest.as_deref().unwrap_or("");
             let _ = writeln!(out, "| {} | {} | {vs} | {holds} |", b.bar, b.measured);
+        }
+        if let Some(w) = &self.webhooks {
+            let _ = writeln!(
+                out,
+                "\n### Webhooks\n\nOne subscription matching every event: {} delivered ({} duplicates), {:.0}/s, event to arrival p50 {} ms, p99 {} ms",
+                w.delivered,
+                w.duplicates,
+                w.per_s,
+                fine(w.latency_p50_ms),
+                fine(w.latency_p99_ms)
+            );
         }
         if !self.problems.is_empty() {
             let _ = writeln!(out, "\n### Problems\n");

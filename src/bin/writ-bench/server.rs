@@ -105,6 +105,12 @@ impl Server {
         let base = format!("http://127.0.0.1:{port}");
         let log_file = std::fs::File::create(&log)?;
         let mut cmd = launcher.command();
+        if args.webhook {
+            // The bench's receiver listens on loopback.
+            let config = target.dir.join("writ.toml");
+            std::fs::write(&config, "[webhooks]\nallow_private_targets = true\n")?;
+            cmd.arg("--config").arg(config);
+        }
         cmd.args(["serve", "--bind", &format!("127.0.0.1:{port}")])
             .args(["--public-url", &base])
             .stdin(Stdio::null())

@@ -83,6 +83,11 @@ fn stream(
         let (ctx, caller) = (ctx.clone(), caller.clone());
         async move {
             let mut turn = state?;
+            if ctx.waiters.is_closing() {
+                // The server is shutting down: the client resumes with
+                // Last-Event-ID.
+                return None;
+            }
             let page = match events::feed(&ctx, &caller, &turn).await {
                 Ok(page) => page,
                 Err(e) => {

@@ -5,6 +5,7 @@
 
 mod feed;
 mod no_gaps;
+mod shutdown;
 mod types;
 mod wait_for_change;
 

@@ -354,3 +354,134 @@ async fn https_delivery(backend: crate::helpers::Backend) {
     let delivered = settled_deliveries(&app, hook["id"].as_i64().unwrap(), 1).await;
     assert_eq!(delivered[0]["status"], "delivered");
 }
+
+both_backends!(
+    the_slack_format_posts_one_unsigned_line,
+    crate::webhooks::loopback(60)
+);
+async fn the_slack_format_posts_one_unsigned_line(app: TestApp) {
+    let Some(python) = python() else { return };
+    let world = World::new(&app).await;
+    let receiver = Receiver::start(&python, 0).await;
+    let hook = subscribe(
+        &app,
+        json!({"url": receiver.url(), "format": "slack", "types": ["grant.prepared"]}),
+    )
+    .await;
+    hook.assert_status(201);
+    let id = world.prepare("Told on Slack").await;
+    let got = receiver.wait_for(1).await;
+    assert_eq!(
+        got[0]["body"],
+        json!({"text": format!(
+            "Writ: grant.prepared on acme/widgets, grant #{id} (awaiting_agent) by alice <{}/acme/widgets/agent-work-grants/{id}>",
+            app.base
+        )})
+    );
+    assert_eq!(got[0]["webhook_signature"], Value::Null, "not signed");
+}
+
+both_backends!(
+    a_name_that_resolves_privately_is_refused_at_delivery,
+    |config| {
+        config
+            .webhooks
+            .hosts
+            .insert("hooks.writ.test".into(), vec!["127.0.0.1".parse().unwrap()]);
+    }
+);
+async fn a_name_that_resolves_privately_is_refused_at_delivery(app: TestApp) {
+    let Some(python) = python() else { return };
+    let world = World::new(&app).await;
+    let receiver = Receiver::start(&python, 0).await;
+    let url = format!("https://hooks.writ.test:{}/hook", receiver.port);
+    subscribe(&app, json!({"url": url}))
+        .await
+        .assert_error(400, "invalid_input");
+    // Written directly: a name checked when it resolved publicly, now
+    // pointing at loopback (DNS rebinding).
+    let mut conn = SqlConn::connect(&app.database_url()).await;
+    conn.execute(&format!(
+        "INSERT INTO webhook_subscriptions (url, types, repos, format, description, enabled, \
+         secret, created_at, updated_at) VALUES ('{url}', '[]', '[]', 'standard', '', TRUE, \
+         'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA', '2026-01-01T00:00:00.000000Z', \
+         '2026-01-01T00:00:00.000000Z')"
+    ))
+    .await
+    .expect("insert");
+    conn.close().await;
+    world.prepare("Rebound").await;
+    let tried = loop {
+        let d = deliveries(&app, 1).await;
+        if d.first().is_some_and(|d| d["attempts"].as_i64() >= Some(1)) {
+            break d;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let error = tried[0]["last_error"].as_str().unwrap();
+    assert!(error.contains("loopback"), "{error}");
+    assert_eq!(
+        receiver.requests().len(),
+        0,
+        "no request reached the receiver"
+    );
+}
+
+both_backends!(
+    two_processes_share_the_deliveries_and_attempt_each_once,
+    crate::webhooks::loopback(60)
+);
+async fn two_processes_share_the_deliveries_and_attempt_each_once(app: TestApp) {
+    let Some(python) = python() else { return };
+    let world = World::new(&app).await;
+    let replica = app.spawn_replica().await;
+    let receiver = Receiver::start(&python, 0).await;
+    let hook = subscribe(
+        &app,
+        json!({"url": receiver.url(), "types": ["submission.created"]}),
+    )
+    .await;
+    let hook = hook.json();
+    receiver.trust(&[hook["secret"].as_str().unwrap()]);
+    let mut form = crate::world::Prepare::new(BOT, "Two processes");
+    form.max_submissions = "40".into();
+    let id = world.active_with(&form).await;
+    let digest = world.digest(id).await;
+    let path = crate::world::submit_path(crate::world::OWNER, crate::world::REPO, id);
+    let servers = [app.base.clone(), replica.base.clone()];
+    futures_util::future::join_all((0..40).map(|n| {
+        let body = crate::world::submit_body(&digest, &new_key(), &format!("Work {n}"), "");
+        let url = format!("{}{path}", servers[n % 2]);
+        let (client, token) = (&app.client, &world.bot);
+        async move {
+            let resp = client
+                .post(url)
+                .header("authorization", format!("token {token}"))
+                .json(&body)
+                .send()
+                .await
+                .expect("submit");
+            assert_eq!(resp.status().as_u16(), 201);
+        }
+    }))
+    .await;
+    let got = receiver.wait_for(40).await;
+    let delivered = settled_deliveries(&app, hook["id"].as_i64().unwrap(), 40).await;
+    assert!(
+        delivered
+            .iter()
+            .all(|d| d["status"] == "delivered" && d["attempts"] == 1)
+    );
+    let mut ids: Vec<&str> = got
+        .iter()
+        .map(|r| r["webhook_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(
+        (got.len(), ids.len()),
+        (40, 40),
+        "each delivery attempted once"
+    );
+    assert!(got.iter().all(|r| r["verified_by"] == json!([0])));
+}
