@@ -10,6 +10,13 @@ acknowledged key must read back the issue the client was told, and the history
 of every request (history.py; a request cut by a kill has no answer) must be
 linearizable against the per-grant model (linearizability.py).
 
+Webhooks ride along: one subscription matches every event, delivered to a
+receiver in this process that, cycle by cycle, answers 204, answers 500,
+is down (connections refused) or answers only after Writ's 10 s timeout,
+with retries after 1-3 s. Once the receiver is up again, every event of
+every acknowledged submission (indeed every event) must be delivered at
+least once, and its delivery row must say so.
+
     scripts/crash_harness.py [--backend sqlite|postgres] [--cycles 20] [--bots 4]
 
 Prints one check per line and, last, `N passed, N failed`; exits 1 on failure.
@@ -18,12 +25,14 @@ Prints one check per line and, last, `N passed, N failed`; exits 1 on failure.
 from __future__ import annotations
 
 import http.client
+import json
 import random
 import sys
 import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/
@@ -136,6 +145,70 @@ class Shared:
             h.log("ANOMALY ... (further anomalies counted, not logged)")
 
 
+class Receiver:
+    """A webhook receiver on loopback whose behaviour the driver changes:
+    `ok` (204), `fail` (500), `slow` (204 after 11 s, past Writ's timeout) or
+    `down` (not listening: connections refused). Records every request."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, int, int]] = []  # (webhook-id, event id, status)
+        self.server: ThreadingHTTPServer | None = None
+        self.port = h.free_port()
+        self.listen()
+
+    def handler(self):
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                mode = receiver.mode
+                if mode == "slow":
+                    time.sleep(11)
+                status = 500 if mode == "fail" else 204
+                try:
+                    event = json.loads(body)["id"]
+                except (ValueError, KeyError, TypeError):
+                    event = -1
+                with receiver.lock:
+                    receiver.requests.append((self.headers.get("webhook-id", ""), event, status))
+                try:
+                    self.send_response(status)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                except OSError:
+                    pass  # Writ gave up waiting (slow)
+
+        return Handler
+
+    def listen(self) -> None:
+        self.server = ThreadingHTTPServer((h.LOOPBACK, self.port), self.handler())
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def set(self, mode: str) -> None:
+        if mode == "down" and self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        elif mode != "down" and self.server is None:
+            self.listen()
+        self.mode = mode
+
+    def delivered(self) -> dict[str, int]:
+        """webhook-id -> 2xx answers given."""
+        with self.lock:
+            out: Counter = Counter()
+            for wid, _, status in self.requests:
+                if 200 <= status < 300:
+                    out[wid] += 1
+            return dict(out)
+
+
 def main(checks: h.Checks) -> None:
     p = h.common_args(__doc__.split("\n\n")[0])
     p.add_argument("--cycles", type=int, default=20, help="kill/restart cycles (default 20)")
@@ -153,7 +226,10 @@ def main(checks: h.Checks) -> None:
         history = h.open_history(args, "crash", args.backend)
         for bot in w.bots:
             bot.history = history
-        server = h.Server(run.binary, run.db.url, h.free_port(), run.workdir)
+        config = run.workdir / "writ.toml"
+        config.write_text("[webhooks]\nallow_private_targets = true\n"
+                          "retry_schedule_seconds = [1, 2, 3]\ngive_up_after_seconds = 3600\n")
+        server = h.Server(run.binary, run.db.url, h.free_port(), run.workdir, config=config)
         ok, detail = server.start()
         if not checks.check("server ready at first start", ok, detail):
             return
@@ -163,6 +239,14 @@ def main(checks: h.Checks) -> None:
         grant_ids = [g for _, g, _ in grants]
         h.log(f"active grants {grant_ids}")
         before = h.snapshot_static(run.db)
+
+        receiver = Receiver()
+        hook = json.loads(h.writ_cli(run.binary, run.db.url, "--config", str(config), "admin",
+                                     "webhook", "create", "--url",
+                                     f"http://{h.LOOPBACK}:{receiver.port}/hook",
+                                     "--description", "crash harness"))
+        first_event = int(run.db.scalar("SELECT COALESCE(MAX(id), 0) FROM events")) + 1
+        h.log(f"webhook subscription {hook['id']} to port {receiver.port}")
 
         state = Shared()
         stop = threading.Event()
@@ -174,7 +258,11 @@ def main(checks: h.Checks) -> None:
 
         ready_times = []
         acked_before = 0
+        modes = Counter()
         for cycle in range(1, args.cycles + 1):
+            mode = random.choice(["ok", "ok", "fail", "down", "slow"])
+            receiver.set(mode)
+            modes[mode] += 1
             time.sleep(random.uniform(args.min_interval, args.max_interval))
             server.kill()
             time.sleep(random.uniform(0.0, args.max_down))
@@ -233,6 +321,43 @@ def main(checks: h.Checks) -> None:
                          not bad, f"{len(acked)} read back" if not bad else f"{len(bad)}: {bad[:3]}")
         else:
             checks.check("readback of every acknowledged key", False, "server not running")
+
+        # The receiver answers again: the outbox drains.
+        receiver.set("ok")
+        drained_in = None
+        began = time.monotonic()
+        while time.monotonic() - began < 180:
+            pending = run.db.scalar("SELECT COUNT(*) FROM webhook_deliveries WHERE status <> 'delivered'")
+            if int(pending) == 0:
+                drained_in = time.monotonic() - began
+                break
+            time.sleep(0.5)
+        checks.check("every webhook delivery is delivered once the receiver is up",
+                     drained_in is not None,
+                     f"drained in {drained_in:.1f}s" if drained_in is not None else
+                     f"{pending} deliveries not delivered after 180 s")
+        events = run.db.rows(f"SELECT id, type, data FROM events WHERE id >= {first_event}")
+        rows = {r["event_id"]: r for r in run.db.rows(
+            f"SELECT id, event_id, status, attempts FROM webhook_deliveries "
+            f"WHERE subscription_id = {hook['id']}")}
+        missing = [e["id"] for e in events if e["id"] not in rows]
+        checks.check("every event committed since the subscription has its delivery row",
+                     not missing, f"{len(events)} events" if not missing else f"missing {missing[:10]}")
+        got = receiver.delivered()
+        acked_keys = {k for (_, k) in acked}
+        created = [e for e in events if e["type"] == "submission.created"
+                   and json.loads(e["data"])["request_key"] in acked_keys]
+        unseen = [e["id"] for e in created
+                  if e["id"] in rows and got.get(f"msg_writ_{rows[e['id']]['id']}", 0) == 0]
+        checks.check("the receiver got every acknowledged submission's event (2xx at least once)",
+                     len(created) == len(acked_keys) and not unseen,
+                     f"{len(created)} events of {len(acked_keys)} acknowledged keys"
+                     + (f"; never received: {unseen[:10]}" if unseen else ""))
+        attempts = sum(int(r["attempts"]) for r in rows.values())
+        duplicates = sum(n - 1 for n in got.values() if n > 1)
+        h.log(f"WEBHOOKS events={len(events)} deliveries={len(rows)} attempts={attempts} "
+              f"requests={len(receiver.requests)} delivered-ids={len(got)} "
+              f"duplicates={duplicates} receiver-modes={dict(modes)}")
 
         rc = server.stop()
         checks.check("server stops on SIGTERM", rc is not None and server.proc.returncode is not None,

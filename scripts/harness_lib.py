@@ -305,11 +305,14 @@ class Server:
     """One `writ serve` on 127.0.0.1:port; restartable on the same port."""
 
     def __init__(self, binary: str, url: str, port: int, logdir: Path, name: str = "writ",
-                 settings: dict[str, str] | None = None, nofile: int | None = None) -> None:
-        """`settings`: extra WRIT_* variables; `nofile`: the process's descriptor limit."""
+                 settings: dict[str, str] | None = None, nofile: int | None = None,
+                 config: Path | None = None) -> None:
+        """`settings`: extra WRIT_* variables; `nofile`: the process's descriptor limit;
+        `config`: a TOML settings file (`writ --config`)."""
         self.binary = binary
         self.url = url
         self.port = port
+        self.config = config
         self.settings = settings or {}
         self.nofile = nofile
         self.log_path = logdir / f"{name}-{port}.log"
@@ -333,8 +336,9 @@ class Server:
         with open(self.log_path, "ab") as logf:
             logf.write(f"\n==== start #{self.starts + 1} at {time.time():.3f} ====\n".encode())
             logf.flush()
+            config = ["--config", str(self.config)] if self.config else []
             self.proc = subprocess.Popen(
-                [self.binary, "--database-url", self.url, "serve",
+                [self.binary, "--database-url", self.url, *config, "serve",
                  "--bind", f"{LOOPBACK}:{self.port}", "--public-url", self.base],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
                 env={**clean_env(), **self.settings}, preexec_fn=self._limit,

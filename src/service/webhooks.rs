@@ -6,6 +6,7 @@
 //! attempt, retrying with backoff until the delivery is delivered or given
 //! up (docs/events.md "Webhooks").
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -497,20 +498,60 @@ pub async fn run(ctx: Ctx) {
 /// The least time between two looks that found nothing due.
 const IDLE_LOOK: Duration = Duration::from_millis(100);
 
-/// Takes up to [`BATCH`] due deliveries and attempts them; how many it took.
+/// Takes up to [`BATCH`] due deliveries, attempts them side by side and
+/// records every attempt in one transaction; how many it took.
 pub async fn deliver_due(ctx: &Ctx, client: &reqwest::Client) -> Result<usize> {
     let now = ctx.now();
     let lease = now.plus_seconds(LEASE_SECONDS);
     let mut tx = ctx.store.write().await?;
     let due = store::claim_due(&mut tx, &now.to_text(), &lease.to_text(), BATCH).await?;
     tx.commit().await?;
-    let taken = due.len();
-    futures_util::future::join_all(due.into_iter().map(|d| attempt(ctx, client, d))).await;
-    Ok(taken)
+    if due.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<i64> = due.iter().map(|d| d.event_id).collect();
+    let events: HashMap<i64, EventView> = {
+        let mut tx = ctx.store.single().await?;
+        crate::store::events::by_ids(&mut tx, &ids)
+            .await?
+            .into_iter()
+            .map(|row| (row.id, EventView::from_row(row)))
+            .collect()
+    };
+    let tried = futures_util::future::join_all(
+        due.iter()
+            .map(|d| attempt(ctx, client, d, events.get(&d.event_id))),
+    )
+    .await;
+    if let Err(e) = record(ctx, &due, &tried).await {
+        // The leases run out and the deliveries are attempted again: at
+        // least once.
+        tracing::warn!(error = %e, "webhook deliveries: attempts not recorded");
+    }
+    Ok(due.len())
 }
 
-async fn attempt(ctx: &Ctx, client: &reqwest::Client, d: DueDelivery) {
-    let sent = send(ctx, client, &d).await;
+/// How one attempt went, at `at`.
+struct Tried {
+    at: Timestamp,
+    /// The receiver's status, if it answered.
+    status: Option<u16>,
+    /// Why it failed; `None` for a 2xx.
+    error: Option<String>,
+    /// When to try again; `None` when delivered or given up.
+    next: Option<String>,
+}
+
+async fn attempt(
+    ctx: &Ctx,
+    client: &reqwest::Client,
+    d: &DueDelivery,
+    event: Option<&EventView>,
+) -> Tried {
+    let sent = match event {
+        Some(event) => send(ctx, client, d, event).await,
+        None => Err("the event is gone".to_owned()),
+    };
     let at = ctx.now();
     let made = u32::try_from(d.attempts + 1).unwrap_or(u32::MAX);
     let settings = &ctx.config.webhooks;
@@ -523,49 +564,51 @@ async fn attempt(ctx: &Ctx, client: &reqwest::Client, d: DueDelivery) {
             .plus_seconds(settings.give_up_after_seconds as i64);
         (next <= give_up).then(|| next.to_text())
     };
-    let (outcome, status, error, next_at) = match sent {
-        Ok(status) if (200..300).contains(&status) => ("delivered", Some(status), None, None),
-        Ok(status) => (
-            "failed",
-            Some(status),
-            Some(format!("HTTP {status}")),
-            next(),
-        ),
-        Err(e) => ("failed", None, Some(e), next()),
+    let (status, error) = match sent {
+        Ok(status) if (200..300).contains(&status) => (Some(status), None),
+        Ok(status) => (Some(status), Some(format!("HTTP {status}"))),
+        Err(e) => (None, Some(e)),
     };
-    let attempt = match error.as_deref() {
-        None => Attempt::Delivered {
-            status: i64::from(status.unwrap_or(200)),
-        },
-        Some(error) => Attempt::Failed {
-            status: status.map(i64::from),
-            error,
-            next: next_at.as_deref(),
-        },
-    };
-    let label = match (outcome, &next_at) {
-        ("delivered", _) => "delivered",
-        (_, Some(_)) => "retry",
-        _ => "failed",
+    let next = error.is_some().then(next).flatten();
+    let label = match (&error, &next) {
+        (None, _) => "delivered",
+        (Some(_), Some(_)) => "retry",
+        (Some(_), None) => "failed",
     };
     metrics::counter!("writ_webhook_deliveries_total", "outcome" => label).increment(1);
-    if let Err(e) = record(ctx, &d, attempt, &at).await {
-        // The lease runs out and another attempt follows: at least once.
-        tracing::warn!(error = %e, delivery = d.id, "webhook delivery: attempt not recorded");
+    Tried {
+        at,
+        status,
+        error,
+        next,
     }
 }
 
-/// Records an attempt; the delivery that makes 20 failed in a row disables
-/// its subscription (`webhook.disabled`, in the same transaction).
-async fn record(ctx: &Ctx, d: &DueDelivery, attempt: Attempt<'_>, at: &Timestamp) -> Result<()> {
-    let at = at.to_text();
+/// Records the attempts of a batch in one transaction; a delivery that
+/// makes 20 failed in a row disables its subscription (`webhook.disabled`,
+/// in the same transaction).
+async fn record(ctx: &Ctx, due: &[DueDelivery], tried: &[Tried]) -> Result<()> {
     let mut tx = ctx.store.write().await?;
-    let failures = store::record_attempt(&mut tx, d.id, d.subscription_id, attempt, &at).await?;
-    if failures >= DISABLE_AFTER_FAILED_DELIVERIES
-        && store::disable(&mut tx, d.subscription_id, &at).await?
-    {
-        let data = json!({"subscription_id": d.subscription_id, "failed_deliveries": failures});
-        events::emit(&mut tx, "webhook.disabled", &at, None, None, None, data).await?;
+    for (d, t) in due.iter().zip(tried) {
+        let at = t.at.to_text();
+        let attempt = match &t.error {
+            None => Attempt::Delivered {
+                status: i64::from(t.status.unwrap_or(200)),
+            },
+            Some(error) => Attempt::Failed {
+                status: t.status.map(i64::from),
+                error,
+                next: t.next.as_deref(),
+            },
+        };
+        let failures =
+            store::record_attempt(&mut tx, d.id, d.subscription_id, attempt, &at).await?;
+        if failures >= DISABLE_AFTER_FAILED_DELIVERIES
+            && store::disable(&mut tx, d.subscription_id, &at).await?
+        {
+            let data = json!({"subscription_id": d.subscription_id, "failed_deliveries": failures});
+            events::emit(&mut tx, "webhook.disabled", &at, None, None, None, data).await?;
+        }
     }
     tx.commit().await?;
     Ok(())
@@ -577,6 +620,7 @@ async fn send(
     ctx: &Ctx,
     client: &reqwest::Client,
     d: &DueDelivery,
+    event: &EventView,
 ) -> std::result::Result<u16, String> {
     let settings = &ctx.config.webhooks;
     let target = rules::parse_url(&d.url, settings.allow_private_targets)?;
@@ -585,19 +629,11 @@ async fn send(
         // URL it connects to as is, so it is checked here.
         resolve(settings, &target.host, target.port).await?;
     }
-    let event = {
-        let mut tx = ctx.store.single().await.map_err(|e| e.to_string())?;
-        crate::store::events::by_id(&mut tx, d.event_id)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("the event is gone")?
-    };
-    let event = EventView::from_row(event);
     let now = ctx.now();
     let body = if d.format == "slack" {
-        serde_json::to_vec(&json!({"text": slack_line(ctx, &event)}))
+        serde_json::to_vec(&json!({"text": slack_line(ctx, event)}))
     } else {
-        serde_json::to_vec(&event)
+        serde_json::to_vec(event)
     }
     .map_err(|e| e.to_string())?;
     let mut request = client

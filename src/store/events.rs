@@ -198,12 +198,12 @@ pub async fn feed(tx: &mut Tx, q: &FeedQuery<'_>) -> StoreResult<Vec<EventRow>> 
     tx.fetch_all(&statement).await
 }
 
-/// One event, as the feed would serve it (for a webhook delivery).
-pub async fn by_id(tx: &mut Tx, id: i64) -> StoreResult<Option<EventRow>> {
+/// These events, as the feed would serve them (for webhook deliveries).
+pub async fn by_ids(tx: &mut Tx, ids: &[i64]) -> StoreResult<Vec<EventRow>> {
     let q = select_events(tx.backend())
-        .and_where(Expr::col((Events::Table, Events::Id)).eq(id))
+        .and_where(Expr::col((Events::Table, Events::Id)).is_in(ids.iter().copied()))
         .to_owned();
-    tx.fetch_optional(&q).await
+    tx.fetch_all(&q).await
 }
 
 fn feed_statement(backend: Backend, q: &FeedQuery<'_>) -> SelectStatement {
@@ -407,11 +407,17 @@ impl Signal {
     }
 }
 
-/// Sends one `NOTIFY` per wake-up; wake-ups that arrive while one is being
-/// sent are folded into the next.
+/// The least time between two `NOTIFY`s of one process: a stream of
+/// commits is announced a few times a second, not once per commit (each
+/// `NOTIFY` is a transaction that takes the cluster's notify lock).
+const NOTIFY_SPACING: Duration = Duration::from_millis(50);
+
+/// Sends one `NOTIFY` per wake-up, at most one per [`NOTIFY_SPACING`];
+/// wake-ups that arrive meanwhile are folded into the next.
 async fn notifier(pool: sqlx::PgPool, announce: Arc<Notify>, me: String) {
     loop {
         announce.notified().await;
+        tokio::time::sleep(NOTIFY_SPACING).await;
         let sent = sqlx::query("SELECT pg_notify($1, $2)")
             .bind(CHANNEL)
             .bind(&me)

@@ -523,7 +523,7 @@ pub async fn record_attempt(
                 .value(D::LastStatusCode, status)
                 .value(D::LastError, Option::<String>::None)
                 .value(D::DeliveredAt, at);
-            Some(Expr::val(0))
+            Some(Expr::val(0i64))
         }
         Attempt::Failed {
             status,
@@ -550,12 +550,17 @@ pub async fn record_attempt(
     let Some(failures) = failures else {
         return Ok(0);
     };
-    let q = Query::update()
-        .table(S::Table)
+    let reset = matches!(attempt, Attempt::Delivered { .. });
+    let mut q = Query::update();
+    q.table(S::Table)
         .value(S::ConsecutiveFailures, failures)
         .and_where(Expr::col(S::Id).eq(subscription_id))
-        .returning_col(S::ConsecutiveFailures)
-        .to_owned();
+        .returning_col(S::ConsecutiveFailures);
+    if reset {
+        // Most deliveries succeed after a success: no row to rewrite.
+        q.and_where(Expr::col(S::ConsecutiveFailures).ne(0));
+    }
+    let q = q.to_owned();
     Ok(tx.fetch_optional::<(i64,)>(&q).await?.map_or(0, |(n,)| n))
 }
 
