@@ -14,12 +14,13 @@
 //! transaction (which then rolls back) is recorded by [`finish`], in a
 //! transaction of its own, before the answer leaves.
 //!
-//! Two measured shortcuts keep this shape (each has its decision record):
+//! Three measured shortcuts keep this shape (each has its decision record):
 //! a read writes no transaction of its own for its record, which is
 //! appended after the read and committed before the answer
-//! (`store::audit::append_call`, ADR 0006 and 0017); and on SQLite a grant
-//! read runs on the group-commit writer's thread ([`read_on_writer`], ADR
-//! 0024).
+//! (`store::audit::append_call`, ADR 0006 and 0017); a new submission's
+//! record is written by the handoff statement itself
+//! ([`AuditedTx::outcome_target`], ADR 0009); and on SQLite a grant read
+//! runs on the group-commit writer's thread ([`read_on_writer`], ADR 0024).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +32,7 @@ use crate::domain::policy::Decision;
 use crate::domain::text::printable;
 use crate::domain::tools::{Tool, argument_names};
 use crate::store::Tx;
-use crate::store::audit::{self as store, NewCall, Outcome};
+use crate::store::audit::{self as store, CallEnd, NewCall, Outcome};
 use crate::store::batch::{Deliver, WriterRead};
 
 /// How a call reached Writ.
@@ -250,6 +251,8 @@ enum End {
     /// A read: the record is appended whole once this transaction
     /// committed (`store::audit::append_call`).
     Append,
+    /// A statement of the use case wrote the outcome ([`AuditedTx::outcome_target`]).
+    Written,
 }
 
 impl std::ops::Deref for AuditedTx<'_> {
@@ -340,7 +343,7 @@ impl<'c> AuditedTx<'c> {
                 .await
                 .map(drop),
             End::Complete(id) => store::complete_call(&mut tx, *id, outcome).await.map(drop),
-            End::Append => Ok(()),
+            End::Append | End::Written => Ok(()),
         }
         .map_err(fail_closed)?;
         tx.commit().await?;
@@ -349,6 +352,60 @@ impl<'c> AuditedTx<'c> {
         }
         record.set_done();
         Ok(())
+    }
+
+    /// For a write that ends the call's record in its own statement (see
+    /// `store::handoff::Handoff`): the record to write whole or to complete,
+    /// and the time; `None` when this transaction holds no record. Call
+    /// [`AuditedTx::outcome_written`] once that statement succeeded.
+    pub fn outcome_target(&self, ctx: &Ctx) -> Option<(CallEnd<'c>, String)> {
+        let (record, end) = self.audit.as_ref()?;
+        let end = match *end {
+            End::Insert => CallEnd::Insert(&record.call),
+            End::Complete(id) => CallEnd::Complete(id),
+            _ => return None,
+        };
+        Some((end, ctx.now().to_text()))
+    }
+
+    /// Notes that a statement of the use case wrote the outcome
+    /// ([`AuditedTx::outcome_target`]).
+    pub fn outcome_written(&mut self) {
+        if let Some((_, end @ (End::Insert | End::Complete(_)))) = &mut self.audit {
+            *end = End::Written;
+        }
+    }
+}
+
+/// After a write that carried the outcome in the same statement as the
+/// operation's writes failed with `err` (its transaction already dropped):
+/// finds out whether writing the outcome was what failed, by writing a copy
+/// of the record and completing it in a transaction that is rolled back. If
+/// that fails too the call is refused as `audit_unavailable`; otherwise
+/// `err` stands. Only refusals of the store are probed; the fast path never
+/// pays for it.
+pub async fn classify_failed_write(ctx: &Ctx, caller: &Caller, err: Error) -> Error {
+    let Some(record) = caller.audit.as_deref() else {
+        return err;
+    };
+    if !matches!(err, Error::Internal(_)) {
+        return err;
+    }
+    let probe = async {
+        let mut tx = ctx.store.write().await?;
+        let id = store::insert_call(&mut tx, &record.call, None).await?;
+        let at = ctx.now().to_text();
+        let outcome = Outcome {
+            native_status: Some(201),
+            error_code: None,
+            at: &at,
+        };
+        store::complete_call(&mut tx, id, outcome).await?;
+        tx.rollback().await
+    };
+    match probe.await {
+        Ok(()) => err,
+        Err(e) => fail_closed(e),
     }
 }
 

@@ -15,6 +15,7 @@ use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::submission::content_digest;
 use crate::domain::text::check_title;
 use crate::store::admission::EvaluationInputs;
+use crate::store::audit::Outcome as CallOutcome;
 use crate::store::grants::GrantRow;
 use crate::store::handoff::{self, HandedOff, Handoff};
 use crate::store::issues::{self, SubmissionRow};
@@ -135,7 +136,10 @@ pub async fn submit(
             drop(tx);
             return resolve_after_race(ctx, caller, owner, repo, id, input, &content).await;
         }
-        Err(e) => return Err(e),
+        Err(e) => {
+            drop(tx);
+            return Err(audit::classify_failed_write(ctx, caller, e).await);
+        }
     };
     tx.commit(ctx, 201, None).await?;
     Ok(Receipt {
@@ -239,6 +243,7 @@ async fn create(
     let full_name = format!("{}/{}", grant.repo_owner, grant.repo_name);
     let url_prefix = format!("{}/{full_name}/issues/", ctx.config.public_base());
     let count = grant.submission_count + 1;
+    let audit = tx.outcome_target(ctx);
     let written = handoff::hand_off(
         tx,
         &Handoff {
@@ -254,6 +259,16 @@ async fn create(
             submission_count: count,
             grant_state: &grant.state,
             state_revision: grant.state_revision,
+            audit: audit.as_ref().map(|(end, at)| {
+                (
+                    *end,
+                    CallOutcome {
+                        native_status: Some(201),
+                        error_code: None,
+                        at,
+                    },
+                )
+            }),
         },
     )
     .await;
@@ -261,6 +276,7 @@ async fn create(
         Err(e) if e.is_unique() => return Ok(Created::Raced),
         other => other?,
     };
+    tx.outcome_written();
     let HandedOff {
         evaluation_id,
         issue_id,

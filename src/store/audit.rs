@@ -4,9 +4,11 @@
 //! transaction. Rows are never deleted (the schema's triggers refuse it, and
 //! any other update).
 
-use sea_query::{Expr, ExprTrait, Iden, InsertStatement, Query, UpdateStatement};
+use sea_query::{
+    Expr, ExprTrait, Iden, InsertStatement, Query, SubQueryStatement, UpdateStatement, Value,
+};
 
-use super::shape::{Args, Bound, Shape, slot};
+use super::shape::{Args, Bound, Shape, Statement, slot};
 use super::{RecordDurability, Store, StoreResult, Tx};
 
 /// `tool_calls`
@@ -271,10 +273,105 @@ fn call_completion(id: i64, outcome: Outcome<'_>) -> UpdateStatement {
         .to_owned()
 }
 
+/// Which record a statement that ends a call writes its outcome to.
+#[derive(Debug, Clone, Copy)]
+pub enum CallEnd<'a> {
+    /// The record is not written yet: insert it whole, with the outcome.
+    Insert(&'a NewCall),
+    /// The record was committed before (an MCP decision): add the outcome.
+    Complete(i64),
+}
+
+/// The kind of statement that ends a call (a [`super::shape::Shape`] each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EndKind {
+    /// Inserts the record whole.
+    Insert,
+    /// Adds the outcome to the record committed before.
+    Complete,
+}
+
+impl CallEnd<'_> {
+    /// Which statement ends the call.
+    pub(super) fn kind(&self) -> EndKind {
+        match self {
+            CallEnd::Insert(_) => EndKind::Insert,
+            CallEnd::Complete(_) => EndKind::Complete,
+        }
+    }
+
+    /// The values of [`CallEndStatement::shaped`], by slot name.
+    pub(super) fn values(&self, outcome: Outcome<'_>) -> Args {
+        match self {
+            CallEnd::Insert(call) => call_args(call, Some(outcome)),
+            CallEnd::Complete(id) => vec![
+                ("call_id", (*id).into()),
+                (
+                    "call_native_status",
+                    outcome.native_status.map(i32::from).into(),
+                ),
+                ("call_error_code", outcome.error_code.into()),
+                ("call_completed_at", outcome.at.into()),
+            ],
+        }
+    }
+}
+
+/// The statement that writes a call's outcome (see [`CallEnd`]), returning
+/// the record's id.
+pub(super) enum CallEndStatement {
+    Insert(InsertStatement),
+    Complete(UpdateStatement),
+}
+
+impl CallEndStatement {
+    /// The statement that ends a call of `kind`, its values in the slots
+    /// named by [`CallEnd::values`], returning the record's id.
+    pub(super) fn shaped(kind: EndKind) -> CallEndStatement {
+        use ToolCalls as T;
+        match kind {
+            EndKind::Insert => {
+                let mut q = calls_table();
+                q.values_panic(call_slots()).returning_col(T::Id);
+                CallEndStatement::Insert(q)
+            }
+            EndKind::Complete => CallEndStatement::Complete(
+                Query::update()
+                    .table(T::Table)
+                    .values([
+                        (T::NativeStatus, slot("call_native_status")),
+                        (T::ErrorCode, slot("call_error_code")),
+                        (T::CompletedAt, slot("call_completed_at")),
+                    ])
+                    .and_where(Expr::col(T::Id).eq(slot("call_id")))
+                    .and_where(Expr::col(T::CompletedAt).is_null())
+                    .returning_col(T::Id)
+                    .to_owned(),
+            ),
+        }
+    }
+
+    /// For a data-modifying `WITH` (PostgreSQL).
+    pub(super) fn into_subquery(self) -> SubQueryStatement {
+        match self {
+            CallEndStatement::Insert(q) => q.into(),
+            CallEndStatement::Complete(q) => q.into(),
+        }
+    }
+}
+
+impl Statement for CallEndStatement {
+    fn render(&self, backend: super::Backend) -> (std::borrow::Cow<'static, str>, Vec<Value>) {
+        match self {
+            CallEndStatement::Insert(q) => q.render(backend),
+            CallEndStatement::Complete(q) => q.render(backend),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::shape::Statement;
 
     fn finished_call() -> FinishedCall {
         FinishedCall {

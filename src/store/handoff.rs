@@ -1,6 +1,6 @@
 //! The writes of a successful handoff: the handoff evaluation, the next
 //! issue index, the issue, the receipt, the grant's counter, the
-//! `submission.created` event and its webhook deliveries. One statement on PostgreSQL (data-
+//! `submission.created` event and, for an audited call, the call's outcome. One statement on PostgreSQL (data-
 //! modifying `WITH`s chained by `RETURNING`), a sequence of statements on
 //! SQLite (each runs where it is asked for, see `store::sqlite`). Every
 //! statement is a [`Shape`]: rendered once, bound to each handoff's values.
@@ -11,6 +11,7 @@ use sea_query::{
 };
 
 use super::admission::{NewEvaluation, evaluation_insert, evaluation_values};
+use super::audit::{CallEnd, CallEndStatement, EndKind, Outcome};
 use super::events::Events;
 use super::issues::{ISSUE_COLUMNS, RECEIPT_COLUMNS, bump_index};
 use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions};
@@ -42,6 +43,8 @@ pub struct Handoff<'a> {
     /// The grant's state and revision (a submission changes neither).
     pub grant_state: &'a str,
     pub state_revision: i64,
+    /// The audited call's record and outcome, if the call is audited.
+    pub audit: Option<(CallEnd<'a>, Outcome<'a>)>,
 }
 
 /// The ids a [`hand_off`] wrote.
@@ -193,6 +196,15 @@ fn bump_counter() -> UpdateStatement {
         .to_owned()
 }
 
+/// The audit's shape variant: none, or the kind of its statement.
+fn audit_index(h: &Handoff<'_>) -> usize {
+    match h.audit.map(|(end, _)| end.kind()) {
+        None => 0,
+        Some(EndKind::Insert) => 1,
+        Some(EndKind::Complete) => 2,
+    }
+}
+
 /// The event's insert inside the PostgreSQL statement: its `data` built
 /// there, from the issue's index.
 fn created_event() -> InsertStatement {
@@ -204,7 +216,7 @@ fn created_event() -> InsertStatement {
     event_from(data, Query::select().from("iss").to_owned())
 }
 
-fn hand_off_statement() -> WithQuery {
+fn hand_off_statement(audit: Option<EndKind>) -> WithQuery {
     let cte = |name: &str, query: SubQueryStatement| {
         CommonTableExpression::new()
             .query(query)
@@ -251,12 +263,21 @@ fn hand_off_statement() -> WithQuery {
         .from("iss")
         .from("sub")
         .from("g");
+    if let Some(kind) = audit {
+        with.cte(cte("au", CallEndStatement::shaped(kind).into_subquery()));
+        select.from("au");
+    }
     select.with(with)
 }
 
 async fn hand_off_postgres(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff> {
-    static SHAPE: Shape = Shape::new();
-    let q = SHAPE.bind(Backend::Postgres, hand_off_statement, &values(h));
+    static SHAPES: [Shape; 3] = [const { Shape::new() }; 3];
+    let mut args = values(h);
+    if let Some((end, outcome)) = h.audit {
+        args.extend(end.values(outcome));
+    }
+    let kind = h.audit.map(|(end, _)| end.kind());
+    let q = SHAPES[audit_index(h)].bind(Backend::Postgres, || hand_off_statement(kind), &args);
     let (evaluation_id, issue_id, issue_index, submission_id) =
         tx.fetch_one::<(i64, i64, i64, i64)>(&q).await?;
     Ok(HandedOff {
@@ -275,6 +296,7 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
     static COUNTER: Shape = Shape::new();
     static EVENT: Shape = Shape::new();
     static DELIVERIES: Shape = Shape::new();
+    static AUDIT: [Shape; 2] = [const { Shape::new() }; 2];
     const SQLITE: Backend = Backend::Sqlite;
     let mut args = values(h);
     let q = EVALUATION_INSERT.bind(SQLITE, evaluation_insert, &args);
@@ -320,6 +342,18 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
     args.push(("event_id", event_id.into()));
     let q = DELIVERIES.bind(SQLITE, || deliveries(slot("event_id")), &args);
     tx.execute(&q).await?;
+    if let Some((end, outcome)) = h.audit {
+        let kind = end.kind();
+        let shape = &AUDIT[usize::from(kind == EndKind::Complete)];
+        let q = shape.bind(
+            SQLITE,
+            || CallEndStatement::shaped(kind),
+            &end.values(outcome),
+        );
+        if tx.fetch_optional::<(i64,)>(&q).await?.is_none() {
+            return Err(StoreError::NotFound);
+        }
+    }
     Ok(HandedOff {
         evaluation_id,
         issue_id,
