@@ -206,7 +206,7 @@ pub async fn feed(ctx: &Ctx, caller: &Caller, params: &FeedParams) -> Result<Fee
     // other token needs `read:repository`, and sees no administrative type.
     let admin_types = caller.is_admin && caller.scopes.grants(Scope::ReadAdmin);
     let repository_events = admin_types || caller.scopes.grants(Scope::ReadRepository);
-    if !repository_events && !admin_types {
+    if !repository_events {
         return Err(Error::InsufficientScope(Scope::ReadRepository.as_str()));
     }
     let mut tx = ctx.store.single().await?;

@@ -3,8 +3,10 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::{Receiver, TestCa, deliveries, loopback, python, settled_deliveries, subscribe};
-use crate::db::SqlConn;
+use super::{
+    Receiver, TestCa, deliveries, first_attempted, insert_unchecked, loopback, python,
+    settled_deliveries, subscribe, subscribed,
+};
 use crate::events::all;
 use crate::helpers::{Auth, Body, TestApp};
 use crate::world::{BOT, World, new_key};
@@ -107,14 +109,7 @@ async fn a_failed_attempt_is_retried_with_the_same_id_and_a_fresh_signature(app:
     let Some(python) = python() else { return };
     let world = World::new(&app).await;
     let receiver = Receiver::start(&python, 2).await;
-    let hook = subscribe(
-        &app,
-        json!({"url": receiver.url(), "types": ["grant.prepared"]}),
-    )
-    .await;
-    hook.assert_status(201);
-    let hook = hook.json();
-    receiver.trust(&[hook["secret"].as_str().unwrap()]);
+    let hook = subscribed(&app, &receiver, json!({"types": ["grant.prepared"]})).await;
     world.prepare("Retried").await;
     let got = receiver.wait_for(3).await;
     assert_eq!(
@@ -143,12 +138,7 @@ async fn during_a_rotation_both_secrets_sign(app: TestApp) {
     let Some(python) = python() else { return };
     let world = World::new(&app).await;
     let receiver = Receiver::start(&python, 0).await;
-    let hook = subscribe(
-        &app,
-        json!({"url": receiver.url(), "types": ["grant.prepared"]}),
-    )
-    .await;
-    let hook = hook.json();
+    let hook = subscribed(&app, &receiver, json!({"types": ["grant.prepared"]})).await;
     let old = hook["secret"].as_str().unwrap().to_owned();
     let id = hook["id"].as_i64().unwrap();
     let rotated = app
@@ -276,25 +266,9 @@ async fn a_target_refused_at_delivery_gets_no_traffic(app: TestApp) {
     subscribe(&app, json!({"url": receiver.url()}))
         .await
         .assert_error(400, "invalid_input");
-    let mut conn = SqlConn::connect(&app.database_url()).await;
-    conn.execute(&format!(
-        "INSERT INTO webhook_subscriptions (url, types, repos, format, description, enabled, \
-         secret, created_at, updated_at) VALUES ('https://127.0.0.1:{}/hook', '[]', '[]', \
-         'standard', '', TRUE, 'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA', \
-         '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z')",
-        receiver.port
-    ))
-    .await
-    .expect("insert");
-    conn.close().await;
+    insert_unchecked(&app, &format!("https://127.0.0.1:{}/hook", receiver.port)).await;
     world.prepare("Refused at delivery").await;
-    let tried = loop {
-        let d = deliveries(&app, 1).await;
-        if d.first().is_some_and(|d| d["attempts"].as_i64() >= Some(1)) {
-            break d;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
+    let tried = first_attempted(&app, 1).await;
     let error = tried[0]["last_error"].as_str().unwrap();
     assert!(error.contains("loopback"), "{error}");
     assert_eq!(tried[0]["last_status_code"], Value::Null);
@@ -400,24 +374,9 @@ async fn a_name_that_resolves_privately_is_refused_at_delivery(app: TestApp) {
         .assert_error(400, "invalid_input");
     // Written directly: a name checked when it resolved publicly, now
     // pointing at loopback (DNS rebinding).
-    let mut conn = SqlConn::connect(&app.database_url()).await;
-    conn.execute(&format!(
-        "INSERT INTO webhook_subscriptions (url, types, repos, format, description, enabled, \
-         secret, created_at, updated_at) VALUES ('{url}', '[]', '[]', 'standard', '', TRUE, \
-         'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA', '2026-01-01T00:00:00.000000Z', \
-         '2026-01-01T00:00:00.000000Z')"
-    ))
-    .await
-    .expect("insert");
-    conn.close().await;
+    insert_unchecked(&app, &url).await;
     world.prepare("Rebound").await;
-    let tried = loop {
-        let d = deliveries(&app, 1).await;
-        if d.first().is_some_and(|d| d["attempts"].as_i64() >= Some(1)) {
-            break d;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
+    let tried = first_attempted(&app, 1).await;
     let error = tried[0]["last_error"].as_str().unwrap();
     assert!(error.contains("loopback"), "{error}");
     assert_eq!(

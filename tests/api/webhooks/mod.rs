@@ -255,6 +255,44 @@ pub async fn subscribe(app: &TestApp, body: Value) -> Resp {
     .await
 }
 
+/// Subscribes `receiver` (asserting 201) and has it trust the new secret;
+/// the subscription's JSON.
+pub async fn subscribed(app: &TestApp, receiver: &Receiver, mut body: Value) -> Value {
+    body["url"] = Value::String(receiver.url());
+    let resp = subscribe(app, body).await;
+    resp.assert_status(201);
+    let hook = resp.json();
+    receiver.trust(&[hook["secret"].as_str().expect("the secret, once")]);
+    hook
+}
+
+/// Writes an enabled subscription to `url` with SQL, past the API's check
+/// of its target (a target that became private after it was checked).
+pub async fn insert_unchecked(app: &TestApp, url: &str) {
+    let mut conn = crate::db::SqlConn::connect(&app.database_url()).await;
+    conn.execute(&format!(
+        "INSERT INTO webhook_subscriptions (url, types, repos, format, description, enabled, \
+         secret, created_at, updated_at) VALUES ('{url}', '[]', '[]', 'standard', '', TRUE, \
+         'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA', '2026-01-01T00:00:00.000000Z', \
+         '2026-01-01T00:00:00.000000Z')"
+    ))
+    .await
+    .expect("insert");
+    conn.close().await;
+}
+
+/// The deliveries of subscription `id` once its first has been attempted.
+pub async fn first_attempted(app: &TestApp, id: i64) -> Vec<Value> {
+    for _ in 0..600 {
+        let d = deliveries(app, id).await;
+        if d.first().is_some_and(|d| d["attempts"].as_i64() >= Some(1)) {
+            return d;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no delivery of subscription {id} attempted in 60 s");
+}
+
 /// The deliveries of subscription `id`, newest first.
 pub async fn deliveries(app: &TestApp, id: i64) -> Vec<Value> {
     let resp = app
