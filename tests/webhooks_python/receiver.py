@@ -80,6 +80,8 @@ def main():
             self.send_header("content-length", "0")
             self.end_headers()
 
+    # http.server's listen backlog is 5; Writ attempts 16 deliveries at once.
+    ThreadingHTTPServer.request_queue_size = 128
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     if args.tls_cert:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
