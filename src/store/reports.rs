@@ -179,7 +179,7 @@ impl Report {
     }
 
     /// Whether the view has this column (the `repo` and `agent` filters
-    /// need `repository` and `agent_login`).
+    /// match no row of a view without `repository` or `agent_login`).
     pub fn has(self, column: &str) -> bool {
         self.columns().iter().any(|(name, _)| *name == column)
     }
@@ -204,13 +204,23 @@ fn query(report: Report, filter: &ReportFilter) -> SelectStatement {
         q.expr_as(Expr::col(*name).cast_as("TEXT"), Alias::new(*name));
     }
     q.from(report.view());
+    // A view without the filtered column has no row of that repository
+    // or agent.
     if let Some(repo) = &filter.repo {
-        q.and_where(sea_query::Func::lower(Expr::col("repository")).eq(repo.to_ascii_lowercase()));
+        match report.has("repository") {
+            true => q.and_where(
+                sea_query::Func::lower(Expr::col("repository")).eq(repo.to_ascii_lowercase()),
+            ),
+            false => q.and_where(Expr::val(1).eq(0)),
+        };
     }
     if let Some(agent) = &filter.agent {
-        q.and_where(
-            sea_query::Func::lower(Expr::col("agent_login")).eq(agent.to_ascii_lowercase()),
-        );
+        match report.has("agent_login") {
+            true => q.and_where(
+                sea_query::Func::lower(Expr::col("agent_login")).eq(agent.to_ascii_lowercase()),
+            ),
+            false => q.and_where(Expr::val(1).eq(0)),
+        };
     }
     if let Some(since) = &filter.since {
         q.and_where(Expr::col(report.time_column()).gte(since.clone()));

@@ -81,13 +81,12 @@ pub async fn list_grants(
     Ok(response)
 }
 
-/// Reads one of the calling bot's grants; with `wait_for_change` and
-/// `state_revision`, once its revision differs from that one (or the wait
-/// ended).
+/// Reads one of the calling bot's grants; with `wait_for_change` (0–60 s)
+/// and `state_revision`, both or neither, once its revision differs from
+/// that one (or the wait ended). The two parameters are described in
+/// docs/events.md, not in this document: a generated request would wait.
 #[utoipa::path(get, path = "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}", tag = "agent",
-    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("grant_id" = inline(crate::service::schema::PositiveId), Path),
-           ("wait_for_change" = Option<u64>, Query, description = "0 to 60 seconds to wait for the grant's state_revision to differ from `state_revision` (required with it)"),
-           ("state_revision" = Option<i64>, Query, description = "the revision the caller holds (with `wait_for_change`)")),
+    params(("owner" = inline(crate::service::schema::OwnerText), Path), ("repo" = inline(crate::service::schema::RepoNameText), Path), ("grant_id" = inline(crate::service::schema::PositiveId), Path)),
     responses((status = 200, body = GrantEnvelope), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
     security(("token" = [])))]
