@@ -234,7 +234,7 @@ def main(checks: h.Checks) -> None:
         for bot in w.bots:
             bot.history = history
         config = run.workdir / "writ.toml"
-        config.write_text("[webhooks]\nallow_private_targets = true\n"
+        config.write_text("[webhooks]\nallow_private_targets = true\nresolver = \"static\"\n"
                           "retry_schedule_seconds = [1, 2, 3]\ngive_up_after_seconds = 3600\n")
         server = h.Server(run.binary, run.db.url, h.free_port(), run.workdir, config=config)
         ok, detail = server.start()

@@ -165,10 +165,24 @@ pub struct WebhookSettings {
     /// Host name → addresses, resolved here instead of by the system
     /// resolver (tests; pinning a receiver).
     pub hosts: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
+    /// Who resolves a target's name that is not in `hosts`: the system
+    /// resolver, or nobody (`static`: such a name does not resolve; tests
+    /// and harnesses, so no name of theirs reaches a real resolver).
+    pub resolver: Resolver,
     /// Whether this process delivers (every process sharing a database may).
     pub deliver: bool,
     /// PEM certificates trusted for HTTPS targets besides the system roots.
     pub extra_ca_file: Option<String>,
+}
+
+/// `webhooks.resolver`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Resolver {
+    /// `hosts` first, then the system resolver.
+    System,
+    /// `hosts` only.
+    Static,
 }
 
 impl Default for WebhookSettings {
@@ -178,6 +192,7 @@ impl Default for WebhookSettings {
             retry_schedule_seconds: vec![5, 30, 120, 600, 3600, 6 * 3600],
             give_up_after_seconds: 24 * 3600,
             hosts: Default::default(),
+            resolver: Resolver::System,
             deliver: true,
             extra_ca_file: None,
         }

@@ -143,7 +143,7 @@ fn check_input(tool: Tool, args: &Map<String, Value>) {
                 Input::Readback { request_key, .. } => {
                     assert_eq!(request_key, text("request_key"));
                 }
-                Input::Get(_) | Input::Confirm(..) => {}
+                Input::Get(..) | Input::Confirm(..) => {}
             }
         }
         Err(err) => {

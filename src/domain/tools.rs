@@ -424,6 +424,11 @@ fn check_member(member: Member, value: &Value) -> Result<(), InputError> {
             if !value.is_string() {
                 return bad("a string");
             }
+            if member == Member::Title && value.as_str() == Some("") {
+                // The schema's minLength; blank titles are refused later,
+                // with the native route's message.
+                return bad("a non-empty string");
+            }
             if member == Member::State {
                 let ok = matches!(
                     value.as_str(),
@@ -581,6 +586,7 @@ mod tests {
             ("owner", json!(7), "owner must be"),
             ("repo", json!("r".repeat(101)), "repo must be"),
             ("title", json!(null), "title must be"),
+            ("title", json!(""), "title must be a non-empty string"),
             ("body", json!(["x"]), "body must be"),
             ("title", json!("a\u{0}b"), "title must not contain U+0000"),
         ];

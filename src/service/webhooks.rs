@@ -18,7 +18,7 @@ use super::admin::Setup;
 use super::auth::Caller;
 use super::events::{self, EventView};
 use super::{Ctx, Error, Result};
-use crate::config::WebhookSettings;
+use crate::config::{Resolver, WebhookSettings};
 use crate::domain::scope::Scope;
 use crate::domain::time::Timestamp;
 use crate::domain::webhooks::{
@@ -386,7 +386,7 @@ pub async fn retry(ctx: &Ctx, _: Setup, id: i64, delivery_id: i64) -> Result<Del
 /// The addresses `host` resolves to (an IP literal is itself; `localhost`
 /// is loopback and `.invalid` names never resolve, without asking anyone; a
 /// name in `webhooks.hosts` is resolved there, others by the system
-/// resolver), refused unless Writ may connect to every one of them.
+/// resolver unless `webhooks.resolver` is `static`), refused unless Writ may connect to every one of them.
 async fn resolve(
     settings: &WebhookSettings,
     host: &str,
@@ -398,6 +398,10 @@ async fn resolve(
         vec![SocketAddr::new(ip, port)]
     } else if let Some(ips) = settings.hosts.get(&host.to_ascii_lowercase()) {
         ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect()
+    } else if settings.resolver == Resolver::Static {
+        return Err("the target's host name is not in webhooks.hosts \
+                    (webhooks.resolver = \"static\")"
+            .into());
     } else {
         tokio::net::lookup_host((host, port))
             .await

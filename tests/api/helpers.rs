@@ -273,6 +273,8 @@ impl TestApp {
             public_url: Some(base.clone()),
             ..writ::Config::default()
         };
+        // No test's target name ever reaches the system resolver.
+        config.webhooks.resolver = writ::config::Resolver::Static;
         configure(&mut config);
         let writ = writ::Writ::open(config).await.expect("open Writ");
         let demo = if seed_demo {

@@ -108,7 +108,10 @@ impl Server {
         if args.webhook {
             // The bench's receiver listens on loopback.
             let config = target.dir.join("writ.toml");
-            std::fs::write(&config, "[webhooks]\nallow_private_targets = true\n")?;
+            std::fs::write(
+                &config,
+                "[webhooks]\nallow_private_targets = true\nresolver = \"static\"\n",
+            )?;
             cmd.arg("--config").arg(config);
         }
         cmd.args(["serve", "--bind", &format!("127.0.0.1:{port}")])

@@ -147,3 +147,22 @@ async fn bad_subscriptions_are_400_and_targets_that_resolve_privately_are_refuse
         assert_eq!(resp.status.as_u16(), status, "{method}: {}", resp.body);
     }
 }
+
+both_backends!(
+    with_the_static_resolver_a_name_outside_the_hosts_map_is_refused,
+    |config| config.webhooks.deliver = false
+);
+async fn with_the_static_resolver_a_name_outside_the_hosts_map_is_refused(app: TestApp) {
+    let resp = subscribe(&app, json!({"url": "https://hooks.example.com/"})).await;
+    resp.assert_error(400, "invalid_input");
+    assert!(
+        resp.body.contains("webhooks.hosts"),
+        "the message says where names resolve: {}",
+        resp.body
+    );
+    let listed = app
+        .get("/api/v1/admin/webhooks", Auth::Token(&app.admin_token))
+        .await
+        .json();
+    assert_eq!(listed, json!([]), "nothing was created");
+}
