@@ -15,7 +15,12 @@ receiver in this process that, cycle by cycle, answers 204, answers 500,
 is down (connections refused) or answers only after Writ's 10 s timeout,
 with retries after 1-3 s. Once the receiver is up again, every event of
 every acknowledged submission (indeed every event) must be delivered at
-least once, and its delivery row must say so.
+least once, and its delivery row must say so. On PostgreSQL a second
+`writ serve` on the same database delivers too and is SIGKILLed and
+restarted every other cycle, so leases are left behind by both; no
+delivery may reach the receiver twice within 0.5 s (two processes
+attempting it at once; Writ's own retries come at least 0.8 s apart and a
+lease left by a killed process runs 60 s).
 
     scripts/crash_harness.py [--backend sqlite|postgres] [--cycles 20] [--bots 4]
 
@@ -160,7 +165,8 @@ class Receiver:
     def __init__(self) -> None:
         self.mode = "ok"
         self.lock = threading.Lock()
-        self.requests: list[tuple[str, int, int]] = []  # (webhook-id, event id, status)
+        # (webhook-id, event id, status, arrival time.monotonic())
+        self.requests: list[tuple[str, int, int, float]] = []
         self.server: ThreadingHTTPServer | None = None
         self.port = h.free_port()
         self.listen()
@@ -173,6 +179,7 @@ class Receiver:
                 pass
 
             def do_POST(self):
+                arrived = time.monotonic()
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 mode = receiver.mode
                 if mode == "slow":
@@ -183,7 +190,8 @@ class Receiver:
                 except (ValueError, KeyError, TypeError):
                     event = -1
                 with receiver.lock:
-                    receiver.requests.append((self.headers.get("webhook-id", ""), event, status))
+                    receiver.requests.append((self.headers.get("webhook-id", ""), event, status,
+                                              arrived))
                 try:
                     self.send_response(status)
                     self.send_header("content-length", "0")
@@ -210,10 +218,23 @@ class Receiver:
         """webhook-id -> 2xx answers given."""
         with self.lock:
             out: Counter = Counter()
-            for wid, _, status in self.requests:
+            for wid, _, status, _ in self.requests:
                 if 200 <= status < 300:
                     out[wid] += 1
             return dict(out)
+
+    def overlaps(self, within: float) -> list[tuple[str, float]]:
+        """(webhook-id, gap) for every two arrivals of one delivery less than
+        `within` seconds apart."""
+        with self.lock:
+            arrivals: dict[str, list[float]] = {}
+            for wid, _, _, at in self.requests:
+                arrivals.setdefault(wid, []).append(at)
+        out = []
+        for wid, times in arrivals.items():
+            times.sort()
+            out += [(wid, b - a) for a, b in zip(times, times[1:]) if b - a < within]
+        return out
 
 
 def main(checks: h.Checks) -> None:
@@ -254,6 +275,14 @@ def main(checks: h.Checks) -> None:
                                      "--description", "crash harness"))
         first_event = int(run.db.scalar("SELECT COALESCE(MAX(id), 0) FROM events")) + 1
         h.log(f"webhook subscription {hook['id']} to port {receiver.port}")
+        # PostgreSQL: a second process delivers from the same outbox.
+        replica = None
+        if args.backend == "postgres":
+            replica = h.Server(run.binary, run.db.url, h.free_port(), run.workdir,
+                               name="replica", config=config)
+            ok, detail = replica.start()
+            if not checks.check("the delivering replica is ready", ok, detail):
+                return
 
         state = Shared()
         stop = threading.Event()
@@ -272,7 +301,12 @@ def main(checks: h.Checks) -> None:
             modes[mode] += 1
             time.sleep(random.uniform(args.min_interval, args.max_interval))
             server.kill()
+            if replica is not None and cycle % 2 == 0:
+                replica.kill()
             time.sleep(random.uniform(0.0, args.max_down))
+            if replica is not None and not replica.alive():
+                ok, detail = replica.start()
+                checks.check(f"cycle {cycle}: replica ready after SIGKILL and restart", ok, detail)
             ok, detail = server.start()
             ready_times.append(detail)
             checks.check(f"cycle {cycle}: server ready after SIGKILL and restart", ok,
@@ -360,6 +394,12 @@ def main(checks: h.Checks) -> None:
                      len(created) == len(acked_keys) and not unseen,
                      f"{len(created)} events of {len(acked_keys)} acknowledged keys"
                      + (f"; never received: {unseen[:10]}" if unseen else ""))
+        overlapping = receiver.overlaps(0.5)
+        checks.check("no delivery reached the receiver twice within 0.5 s (one process at a "
+                     "time)", not overlapping,
+                     f"{len(receiver.requests)} requests, "
+                     f"{2 if replica is not None else 1} delivering processes"
+                     if not overlapping else f"{len(overlapping)}: {overlapping[:5]}")
         attempts = sum(int(r["attempts"]) for r in rows.values())
         duplicates = sum(n - 1 for n in got.values() if n > 1)
         h.log(f"WEBHOOKS events={len(events)} deliveries={len(rows)} attempts={attempts} "
@@ -369,12 +409,16 @@ def main(checks: h.Checks) -> None:
         rc = server.stop()
         checks.check("server stops on SIGTERM", rc is not None and server.proc.returncode is not None,
                      f"exit status {rc}")
+        if replica is not None:
+            rc = replica.stop()
+            checks.check("the replica stops on SIGTERM", rc is not None, f"exit status {rc}")
         h.check_submission_invariants(checks, run.db, acked, sent, grant_ids, before)
-        h.check_server_logs(checks, [server])
+        h.check_server_logs(checks, [server] + ([replica] if replica is not None else []))
         h.check_history(checks, history)
 
         o = state.outcomes
         h.log(f"SUMMARY backend={args.backend} cycles={args.cycles} kills={server.kills} "
+              f"replica-kills={replica.kills if replica is not None else 0} "
               f"clients={len(clients)} sent={len(sent)} acknowledged={len(acked)} "
               f"new(201)={o['ack:201']} replayed(200)={o['ack:200']} "
               f"acked-after-retry={o['ack-after-retry:201'] + o['ack-after-retry:200']} "

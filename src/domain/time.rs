@@ -60,6 +60,11 @@ impl Timestamp {
     pub fn plus_seconds(&self, seconds: i64) -> Timestamp {
         Timestamp(self.0 + time::Duration::seconds(seconds))
     }
+
+    /// This instant plus `duration`, to the microsecond.
+    pub fn plus(&self, duration: std::time::Duration) -> Timestamp {
+        Timestamp(self.0 + duration)
+    }
 }
 
 impl fmt::Display for Timestamp {
@@ -120,6 +125,13 @@ mod tests {
         assert!(b < a);
         assert!(b.to_text() < a.to_text());
         assert_eq!(Timestamp::parse_text(&a.to_text()), Some(a));
+    }
+
+    #[test]
+    fn plus_keeps_fractions_of_a_second() {
+        let t = Timestamp::parse_rfc3339("2026-12-31T00:00:00Z").unwrap();
+        let later = t.plus(std::time::Duration::from_millis(800));
+        assert_eq!(later.to_text(), "2026-12-31T00:00:00.800000Z");
     }
 
     #[test]

@@ -574,7 +574,9 @@ async fn attempt(
     let next = || {
         let jitter = rand::random::<f64>() * 2.0 - 1.0;
         let delay = rules::retry_delay(made, &settings.retry_schedule_seconds, jitter);
-        let next = at.plus_seconds(delay.as_secs() as i64);
+        // Not truncated to whole seconds: a 1 s step with -20% jitter is
+        // 0.8 s, not an immediate retry.
+        let next = at.plus(delay);
         let give_up = Timestamp::parse_text(&d.created_at)
             .unwrap_or(at)
             .plus_seconds(settings.give_up_after_seconds as i64);
