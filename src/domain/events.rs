@@ -18,6 +18,9 @@ pub const TYPES: [&str; 13] = [
     "webhook.disabled",
 ];
 
+/// The most digits of each half of a cursor (any such number fits an i64).
+pub const CURSOR_DIGITS: usize = 18;
+
 /// The event's schema version, in every event's JSON.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -25,7 +28,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// `prefix.*` patterns (`grant.*`). `None` when a part names no type.
 pub fn parse_type_filter(raw: &str) -> Option<Vec<&'static str>> {
     let mut types = Vec::new();
-    for part in raw.split(',').map(str::trim) {
+    for part in raw.split(',') {
         let matched: Vec<&'static str> = match part.strip_suffix('*') {
             Some(prefix) if prefix.ends_with('.') => TYPES
                 .iter()
@@ -65,7 +68,7 @@ impl Cursor {
     pub fn decode(raw: &str) -> Option<Cursor> {
         let (xact, id) = raw.split_once('.')?;
         let number = |s: &str| -> Option<i64> {
-            if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
+            if s.is_empty() || s.len() > CURSOR_DIGITS || !s.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
             }
             s.parse().ok()
@@ -89,7 +92,7 @@ mod tests {
             "a prefix names every type under it"
         );
         assert_eq!(
-            parse_type_filter("submission.created, grant.approved").unwrap(),
+            parse_type_filter("submission.created,grant.approved").unwrap(),
             vec!["submission.created", "grant.approved"]
         );
         assert_eq!(
@@ -106,6 +109,8 @@ mod tests {
             "nope.*",
             "grant.*,",
             "GRANT.*",
+            "grant.*, submission.created",
+            " grant.*",
         ] {
             assert_eq!(parse_type_filter(bad), None, "{bad:?}");
         }
@@ -128,6 +133,7 @@ mod tests {
             "1 .2",
             "+1.2",
             "99999999999999999999.1",
+            "1234567890123456789.1",
             "1.2\0",
         ] {
             assert_eq!(Cursor::decode(bad), None, "{bad:?}");

@@ -213,6 +213,30 @@ schema_types! {
     /// A grant state filter.
     StateFilter => one_of(crate::domain::grant::GrantState::ALL.iter().map(|s| s.as_str()).chain(["all"]))
         .description(Some("awaiting_agent, awaiting_human, active, revoked or all; default: all but revoked")).into();
+    /// The feed's cursor (`next_after`).
+    EventCursorText => string("the next_after of an earlier answer")
+        .pattern(Some(format!("^[0-9]{{1,{n}}}\\.[0-9]{{1,{n}}}$", n = crate::domain::events::CURSOR_DIGITS))).into();
+    /// The feed's `type` filter.
+    EventTypeFilterText => string("comma-separated event types and prefix.* patterns, no spaces")
+        .pattern(Some(format!("^{item}(?:,{item})*$", item = event_type_item()))).into();
+    /// One event type or `prefix.*` pattern (a webhook subscription's `types`).
+    EventTypePatternText => string("an event type or a prefix.* pattern")
+        .pattern(Some(format!("^{}$", event_type_item()))).into();
+    /// A webhook subscription's repository pattern.
+    WebhookRepoPatternText => string("owner/name or owner/*: letters, digits, '-', '_' and '.', 1-100 each")
+        .pattern(Some("^[A-Za-z0-9._-]{1,100}/(?:\\*|[A-Za-z0-9._-]{1,100})$")).into();
+    /// A webhook subscription's description.
+    WebhookDescriptionText => string("free text, at most 500 characters, no U+0000")
+        .max_length(Some(crate::domain::webhooks::MAX_DESCRIPTION_CHARS))
+        .pattern(Some("^[^\\u0000]*$")).into();
+    /// A webhook's format.
+    WebhookFormatText => one_of(["standard", "slack"]).description(Some("standard (default) or slack")).into();
+    /// The feed's page size.
+    FeedLimit => ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(100))
+        .description(Some("1 to 100 (default 50)")).into();
+    /// The feed's wait.
+    FeedWait => ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)).maximum(Some(60))
+        .description(Some("0 to 60 seconds: with nothing new, hold the request until an event commits")).into();
 }
 
 /// Sets what the deployment's settings decide: the password minimum
@@ -282,4 +306,21 @@ impl utoipa::ToSchema for super::admin::NewUserInput {
             <Password as utoipa::PartialSchema>::schema(),
         ));
     }
+}
+
+/// One event type or `prefix.*` pattern, as an ECMA-262 alternation: the
+/// types of [`crate::domain::events::TYPES`] and every prefix of theirs
+/// that ends in a dot.
+fn event_type_item() -> String {
+    use crate::domain::events::TYPES;
+    let mut items: Vec<String> = TYPES.iter().map(|t| t.replace('.', "\\.")).collect();
+    for t in TYPES {
+        for (i, _) in t.match_indices('.') {
+            let pattern = format!("{}\\.\\*", t[..i].replace('.', "\\."));
+            if !items.contains(&pattern) {
+                items.push(pattern);
+            }
+        }
+    }
+    format!("(?:{})", items.join("|"))
 }

@@ -112,15 +112,24 @@ impl DeliveryView {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubscriptionInput {
+    /// `https://` (`http://` too with `webhooks.allow_private_targets`);
+    /// its host must resolve to addresses Writ may connect to (400
+    /// otherwise: not a property of the text).
     pub url: String,
+    /// Empty: every type.
     #[serde(default)]
+    #[schema(value_type = Vec<super::schema::EventTypePatternText>, inline, max_items = 50)]
     pub types: Vec<String>,
+    /// Empty: every repository (and the events of none).
     #[serde(default)]
+    #[schema(value_type = Vec<super::schema::WebhookRepoPatternText>, inline, max_items = 50)]
     pub repos: Vec<String>,
     /// `standard` (default) or `slack`.
     #[serde(default)]
+    #[schema(value_type = Option<super::schema::WebhookFormatText>, inline)]
     pub format: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<super::schema::WebhookDescriptionText>, inline)]
     pub description: Option<String>,
     /// Default true.
     #[serde(default)]
@@ -132,9 +141,13 @@ pub struct SubscriptionInput {
 #[serde(deny_unknown_fields)]
 pub struct SubscriptionPatch {
     pub url: Option<String>,
+    #[schema(value_type = Option<Vec<super::schema::EventTypePatternText>>, inline, max_items = 50)]
     pub types: Option<Vec<String>>,
+    #[schema(value_type = Option<Vec<super::schema::WebhookRepoPatternText>>, inline, max_items = 50)]
     pub repos: Option<Vec<String>>,
+    #[schema(value_type = Option<super::schema::WebhookFormatText>, inline)]
     pub format: Option<String>,
+    #[schema(value_type = Option<super::schema::WebhookDescriptionText>, inline)]
     pub description: Option<String>,
     pub enabled: Option<bool>,
 }

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
 
 use crate::domain::events::{Cursor, parse_type_filter};
+use crate::domain::ids::parse_full_name;
 use crate::http::auth::api_caller;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::service::auth::Caller;
@@ -29,11 +30,11 @@ const STREAM_TURN: Duration = Duration::from_secs(30);
 
 /// The events visible to the caller, in commit order.
 #[utoipa::path(get, path = "/api/v1/events", tag = "events", operation_id = "events_feed",
-    params(("after" = Option<String>, Query, description = "The `next_after` of the previous answer; absent: from the beginning"),
-           ("limit" = Option<u64>, Query, description = "1 to 100 (default 50)"),
-           ("wait" = Option<u64>, Query, description = "0 to 60 seconds: with nothing new, hold the request until an event commits"),
-           ("type" = Option<String>, Query, description = "Comma-separated types or `prefix.*` patterns"),
-           ("repo" = Option<String>, Query, description = "`owner/name`: only this repository's events")),
+    params(("after" = Option<crate::service::schema::EventCursorText>, Query, description = "The `next_after` of the previous answer; absent: from the beginning"),
+           ("limit" = Option<crate::service::schema::FeedLimit>, Query),
+           ("wait" = Option<crate::service::schema::FeedWait>, Query),
+           ("type" = Option<crate::service::schema::EventTypeFilterText>, Query),
+           ("repo" = Option<crate::service::schema::FullNameText>, Query, description = "`owner/name`: only this repository's events")),
     responses((status = 200, body = FeedPage, description = "JSON, or Server-Sent Events with `Accept: text/event-stream`"),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
               (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
@@ -152,11 +153,9 @@ fn parse(raw: Option<&str>) -> Result<FeedParams> {
                 })?;
             }
             "repo" => {
-                let (owner, name) = value
-                    .split_once('/')
-                    .filter(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'))
-                    .ok_or_else(|| Error::Invalid("repo must be owner/name".into()))?;
-                params.repo = Some((owner.to_owned(), name.to_owned()));
+                let (owner, name) = parse_full_name(&value)
+                    .map_err(|_| Error::Invalid("repo must be owner/name".into()))?;
+                params.repo = Some((owner.as_str().to_owned(), name.as_str().to_owned()));
             }
             _ => return Err(Error::Invalid("unknown query parameter".into())),
         }

@@ -132,7 +132,7 @@ pub async fn rotate_secret(
 
 /// The newest deliveries of a subscription (`limit` 1–100, default 50).
 #[utoipa::path(get, path = "/api/v1/admin/webhooks/{id}/deliveries", tag = "admin", operation_id = "list_webhook_deliveries",
-    params(("id" = inline(crate::service::schema::PositiveId), Path), ("limit" = Option<u64>, Query)),
+    params(("id" = inline(crate::service::schema::PositiveId), Path), ("limit" = Option<crate::service::schema::FeedLimit>, Query)),
     responses((status = 200, body = [DeliveryView]), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
