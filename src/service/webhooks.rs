@@ -400,7 +400,8 @@ pub async fn retry(ctx: &Ctx, _: Setup, id: i64, delivery_id: i64) -> Result<Del
 /// The addresses `host` resolves to (an IP literal is itself; `localhost`
 /// is loopback and `.invalid` names never resolve, without asking anyone; a
 /// name in `webhooks.hosts` is resolved there, others by the system
-/// resolver unless `webhooks.resolver` is `static`), refused unless Writ may connect to every one of them.
+/// resolver unless `webhooks.resolver` is `static`), refused unless Writ
+/// may connect to every one of them.
 async fn resolve(
     settings: &WebhookSettings,
     host: &str,
