@@ -10,12 +10,6 @@
 -- expanded rows of `webhook_subscription_types` (exact event types) and
 -- `webhook_subscription_repos` (owner, and name or NULL for `owner/*`,
 -- lowercased); no row in a table means "all".
---
--- A delivery's `subscription_id` and `event_id` carry no foreign key: the
--- insert reads both from their rows in the event's own transaction, and
--- neither row is ever deleted (a subscription is deleted by `deleted_at`).
--- On PostgreSQL the key check would take a share lock on the one
--- subscription row from every concurrent submission (ADR 0033).
 
 CREATE TABLE webhook_subscriptions (
     id                   INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -50,8 +44,8 @@ CREATE INDEX webhook_subscription_repos_subscription ON webhook_subscription_rep
 
 CREATE TABLE webhook_deliveries (
     id               INTEGER PRIMARY KEY AUTOINCREMENT,
-    subscription_id  INTEGER NOT NULL,
-    event_id         INTEGER NOT NULL,
+    subscription_id  INTEGER NOT NULL REFERENCES webhook_subscriptions (id),
+    event_id         INTEGER NOT NULL REFERENCES events (id),
     status           TEXT    NOT NULL CHECK (status IN ('pending', 'delivered', 'failed')),
     attempts         INTEGER NOT NULL DEFAULT 0,
     next_attempt_at  TEXT    NOT NULL,

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
@@ -479,16 +478,8 @@ fn client(settings: &WebhookSettings) -> anyhow::Result<reqwest::Client> {
 /// How long a worker holds a delivery it took: beyond the 10 s of an
 /// attempt, so a process that died mid-attempt frees it within a minute.
 const LEASE_SECONDS: i64 = 60;
-/// Deliveries one worker takes at a time: a backlog is worked off in few
-/// claims, each a scan of the due deliveries.
-const BATCH: u64 = 64;
-/// Attempts of a batch in flight at once: a batch ends within
-/// `BATCH / IN_FLIGHT` attempt time-outs (40 s), inside its lease.
-const IN_FLIGHT: usize = 16;
-const _: () = assert!(
-    BATCH / IN_FLIGHT as u64 * ATTEMPT_TIMEOUT.as_secs() < LEASE_SECONDS as u64,
-    "a batch must end inside its lease"
-);
+/// Deliveries one worker takes at a time.
+const BATCH: u64 = 16;
 /// A receiver has this long to answer.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of a receiver's answer that is read (and discarded).
@@ -545,14 +536,11 @@ pub async fn deliver_due(ctx: &Ctx, client: &reqwest::Client) -> Result<usize> {
             .map(|row| (row.id, EventView::from_row(row)))
             .collect()
     };
-    let attempts: Vec<_> = due
-        .iter()
-        .map(|d| attempt(ctx, client, d, events.get(&d.event_id)))
-        .collect();
-    let tried: Vec<Tried> = futures_util::stream::iter(attempts)
-        .buffered(IN_FLIGHT)
-        .collect()
-        .await;
+    let tried = futures_util::future::join_all(
+        due.iter()
+            .map(|d| attempt(ctx, client, d, events.get(&d.event_id))),
+    )
+    .await;
     if let Err(e) = record(ctx, &due, &tried).await {
         // The leases run out and the deliveries are attempted again: at
         // least once.

@@ -4,8 +4,8 @@
 //! attempt on the row ([`record_attempt`]).
 
 use sea_query::{
-    CommonTableExpression, Cond, Expr, ExprTrait, Iden, InsertStatement, LockBehavior, LockType,
-    Order, Query, SelectStatement, WithClause,
+    Cond, Expr, ExprTrait, Iden, InsertStatement, LockBehavior, LockType, Order, Query,
+    SelectStatement,
 };
 
 use super::events::Events;
@@ -414,8 +414,7 @@ pub struct DueDelivery {
 /// `now`, of an enabled subscription (a disabled one's wait until it is
 /// enabled again), and not leased by a live lease. On PostgreSQL rows another
 /// process is leasing are skipped (`FOR UPDATE SKIP LOCKED`), so one
-/// delivery is attempted by one process at a time; there the pick, the
-/// lease and the read are one statement.
+/// delivery is attempted by one process at a time.
 pub async fn claim_due(
     tx: &mut Tx,
     now: &str,
@@ -442,23 +441,32 @@ pub async fn claim_due(
         .order_by(D::NextAttemptAt, Order::Asc)
         .order_by(D::Id, Order::Asc)
         .limit(limit);
-    let lease = |ids: Expr| {
-        Query::update()
-            .table(D::Table)
-            .value(D::LeaseUntil, lease_until)
-            .and_where(ids)
-            .to_owned()
-    };
-    // The leased rows (from `source`) with their subscriptions.
-    let read = |source: SelectStatement| {
-        let (s, l) = (WebhookSubscriptions::Table, "l");
-        let mut q = source;
-        q.columns([
-            (l, D::Id),
-            (l, D::EventId),
-            (l, D::Attempts),
-            (l, D::CreatedAt),
-            (l, D::SubscriptionId),
+    if tx.backend() == Backend::Postgres {
+        due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+    }
+    let ids: Vec<i64> = tx
+        .fetch_all::<(i64,)>(&due.to_owned())
+        .await?
+        .into_iter()
+        .map(|(id,)| id)
+        .collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let q = Query::update()
+        .table(D::Table)
+        .value(D::LeaseUntil, lease_until)
+        .and_where(Expr::col(D::Id).is_in(ids.clone()))
+        .to_owned();
+    tx.execute(&q).await?;
+    let s = WebhookSubscriptions::Table;
+    let q = Query::select()
+        .columns([
+            (D::Table, D::Id),
+            (D::Table, D::EventId),
+            (D::Table, D::Attempts),
+            (D::Table, D::CreatedAt),
+            (D::Table, D::SubscriptionId),
         ])
         .columns([
             (s, WebhookSubscriptions::Url),
@@ -467,55 +475,14 @@ pub async fn claim_due(
             (s, WebhookSubscriptions::PreviousSecret),
             (s, WebhookSubscriptions::PreviousUntil),
         ])
+        .from(D::Table)
         .inner_join(
             s,
-            Expr::col((s, WebhookSubscriptions::Id)).equals((l, D::SubscriptionId)),
+            Expr::col((s, WebhookSubscriptions::Id)).equals((D::Table, D::SubscriptionId)),
         )
-        .order_by((l, D::Id), Order::Asc);
-        q
-    };
-    if tx.backend() == Backend::Postgres {
-        due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
-        let cte = |name: &str, query: sea_query::SubQueryStatement| {
-            CommonTableExpression::new()
-                .query(query)
-                .table_name(name.to_owned())
-                .materialized(true)
-                .to_owned()
-        };
-        let picked = Query::select().column(D::Id).from("due").to_owned();
-        let leased = lease(Expr::col(D::Id).in_subquery(picked))
-            .returning(Query::returning().columns([
-                D::Id,
-                D::EventId,
-                D::Attempts,
-                D::CreatedAt,
-                D::SubscriptionId,
-            ]))
-            .to_owned();
-        let mut with = WithClause::new();
-        with.cte(cte("due", due.into()))
-            .cte(cte("l", leased.into()));
-        let q = read(Query::select().from("l").to_owned()).with(with);
-        return tx.fetch_all(&q).await;
-    }
-    let ids: Vec<i64> = tx
-        .fetch_all::<(i64,)>(&due)
-        .await?
-        .into_iter()
-        .map(|(id,)| id)
-        .collect();
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    tx.execute(&lease(Expr::col(D::Id).is_in(ids.clone())))
-        .await?;
-    let q = read(
-        Query::select()
-            .from_as(D::Table, "l")
-            .and_where(Expr::col(("l", D::Id)).is_in(ids))
-            .to_owned(),
-    );
+        .and_where(Expr::col((D::Table, D::Id)).is_in(ids))
+        .order_by((D::Table, D::Id), Order::Asc)
+        .to_owned();
     tx.fetch_all(&q).await
 }
 
