@@ -109,6 +109,7 @@ async fn bad_feed_requests_are_400_and_change_nothing(app: TestApp) {
         "after=1",
         "after=-1.2",
         "after=1.2.3",
+        "after=1234567890123456789.1",
         "limit=0",
         "limit=101",
         "limit=x",
@@ -118,8 +119,10 @@ async fn bad_feed_requests_are_400_and_change_nothing(app: TestApp) {
         "type=nope",
         "type=grant",
         "type=*",
+        "type=grant.*,%20submission.created",
         "repo=widgets",
         "repo=a/b/c",
+        "repo=a%20b/c",
         "unknown=1",
         "limit=1&limit=2",
     ] {
