@@ -78,6 +78,23 @@ enum Command {
     /// The MCP adapter over stdio: the five agent tools, each call one
     /// request to the Core at --url (token from WRIT_TOKEN or --token-file).
     McpStdio(McpStdioArgs),
+    /// Write a consistent, checked copy of the SQLite database while Writ
+    /// serves (PostgreSQL: use pg_dump or base backups, see the runbook).
+    Backup {
+        /// The backup file to write (must not exist).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Put a backup in place as the database of --database-url (which must
+    /// not exist), after checking it.
+    Restore {
+        /// The backup file.
+        #[arg(long)]
+        from: PathBuf,
+    },
+    /// Check the database: SQLite's integrity checks and the receipt
+    /// invariants; exits 1 naming what does not hold. Changes nothing.
+    Check,
 }
 
 #[derive(Args)]
@@ -380,6 +397,21 @@ async fn run() -> anyhow::Result<()> {
             eprintln!("migrations applied");
             Ok(())
         }
+        Command::Backup { out } => {
+            let copied = writ::service::backup::backup(&config.database_url, &out)?;
+            println!("{}", copied_line("backup written", &copied));
+            Ok(())
+        }
+        Command::Restore { from } => {
+            let copied = writ::service::backup::restore(&from, &config.database_url)?;
+            println!("{}", copied_line("restored", &copied));
+            println!(
+                "next: writ serve --database-url {}, then writ check",
+                config.database_url
+            );
+            Ok(())
+        }
+        Command::Check => run_check(&config).await,
         Command::Report(args) => {
             let writ = Writ::open(config).await?;
             let result = run_report(&writ, args).await;
@@ -537,6 +569,47 @@ async fn run_admin(writ: &Writ, cmd: AdminCommand) -> anyhow::Result<()> {
             admin::remove_collaborator(ctx, Setup::CLI, owner, name, &login).await?;
         }
     }
+    Ok(())
+}
+
+/// One line saying what a backup or restore wrote.
+fn copied_line(what: &str, c: &writ::service::backup::Copied) -> String {
+    let (receipts, last) = c.receipts;
+    format!(
+        "{what}: {} ({} bytes, integrity_check ok, {receipts} receipts, highest receipt id {}) in {} ms",
+        c.path.display(),
+        c.bytes,
+        last.map_or_else(|| "none".to_owned(), |id| id.to_string()),
+        c.took.as_millis()
+    )
+}
+
+async fn run_check(config: &Config) -> anyhow::Result<()> {
+    if let Some(path) = writ::store::sqlite_file(&config.database_url)?
+        && !path.is_file()
+    {
+        anyhow::bail!("{} is not a database file", path.display());
+    }
+    let store = writ::store::Store::connect(config).await?;
+    if !store.ready().await {
+        store.close().await;
+        anyhow::bail!("the database is not at this Writ's schema: run writ migrate first");
+    }
+    let findings = writ::service::check::check(&store, &config.database_url).await;
+    store.close().await;
+    let mut failed = 0;
+    for finding in findings? {
+        if finding.holds() {
+            println!("ok    {}", finding.name);
+        } else {
+            failed += 1;
+            println!("FAIL  {}: {}", finding.name, finding.problems.join(", "));
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} check(s) failed");
+    }
+    println!("all checks hold");
     Ok(())
 }
 

@@ -8,6 +8,8 @@ pub mod admission;
 pub mod agent;
 pub mod audit;
 pub mod auth;
+pub mod backup;
+pub mod check;
 pub mod demo;
 pub mod error;
 pub mod events;

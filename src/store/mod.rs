@@ -4,7 +4,9 @@
 
 pub mod admission;
 pub mod audit;
+pub mod backup;
 pub mod batch;
+pub mod check;
 pub mod error;
 pub mod events;
 pub mod grant_pages;
@@ -156,6 +158,15 @@ fn generic_plans(options: PgConnectOptions, url: &str) -> PgConnectOptions {
     } else {
         options.options([("plan_cache_mode", "force_generic_plan")])
     }
+}
+
+/// The file of an `sqlite:` database URL; `None` for any other URL.
+pub fn sqlite_file(url: &str) -> anyhow::Result<Option<std::path::PathBuf>> {
+    if !url.starts_with("sqlite:") {
+        return Ok(None);
+    }
+    let options = SqliteConnectOptions::from_str(url)?;
+    Ok(Some(options.get_filename().to_owned()))
 }
 
 impl Store {

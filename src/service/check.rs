@@ -1,0 +1,71 @@
+//! `writ check`: is this database sound? SQLite's own integrity checks (on
+//! SQLite), then the receipt invariants of the crash harness that the
+//! database alone decides (`store::check`), among them that every
+//! receipt's issue still has the content its digest covers. Read-only: it
+//! runs in one read transaction and changes nothing.
+
+use crate::domain::submission::content_digest;
+use crate::store::{self, Store, check};
+
+/// One check and what it found.
+#[derive(Debug)]
+pub struct Finding {
+    /// What holds when nothing is found.
+    pub name: String,
+    /// What breaks it (empty: it holds); at most [`check::SHOWN`] items.
+    pub problems: Vec<String>,
+}
+
+impl Finding {
+    /// True when the check holds.
+    pub fn holds(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Receipts read per statement by the content check.
+const PAGE: u64 = 1000;
+
+/// Runs every check on `store` (`database_url` names its file on SQLite).
+pub async fn check(store: &Store, database_url: &str) -> anyhow::Result<Vec<Finding>> {
+    let mut findings = Vec::new();
+    if let Some(path) = store::sqlite_file(database_url)? {
+        findings.push(Finding {
+            name: "SQLite integrity_check and foreign_key_check".to_owned(),
+            problems: store::backup::integrity(&path)?,
+        });
+    }
+    let mut tx = store.read().await?;
+    for invariant in &check::INVARIANTS {
+        let ids = check::offenders(&mut tx, invariant).await?;
+        findings.push(Finding {
+            name: invariant.name.to_owned(),
+            problems: ids
+                .iter()
+                .map(|id| format!("{} {id}", invariant.of))
+                .collect(),
+        });
+    }
+    let mut problems = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = check::receipt_contents(&mut tx, after, PAGE).await?;
+        let Some(last) = page.last() else {
+            break;
+        };
+        after = last.id;
+        for r in &page {
+            if content_digest(&r.proposal_digest, &r.title, &r.body) != r.content_digest
+                && (problems.len() as u64) < check::SHOWN
+            {
+                problems.push(format!("receipt {}", r.id));
+            }
+        }
+    }
+    findings.push(Finding {
+        name: "every receipt's issue has the title and body its content digest covers".to_owned(),
+        problems,
+    });
+    tx.commit().await?;
+    Ok(findings)
+}
