@@ -10,6 +10,7 @@ pub mod net;
 pub mod policy;
 pub mod proposal;
 pub mod scope;
+pub mod seal;
 pub mod submission;
 pub mod text;
 pub mod time;
