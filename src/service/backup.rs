@@ -88,6 +88,14 @@ fn sqlite_file(database_url: &str, operation: &'static str) -> Result<PathBuf, R
 /// Refuses when `path` (or, for a database, its WAL and shared-memory
 /// files, which SQLite would read into a new file of the same name) exists.
 fn refuse_existing(path: &Path) -> Result<(), Refusal> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.is_dir()
+    {
+        return Err(Refusal::Failed(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
     for suffix in ["", "-wal", "-shm"] {
         let mut name = path.as_os_str().to_owned();
         name.push(suffix);

@@ -223,12 +223,7 @@ async fn a_backup_under_load_restores_every_acknowledged_receipt(app: TestApp) {
 
     // Writ serves the restored database: the bot reads back a receipt it
     // was told of before the backup began.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let bind = format!("127.0.0.1:{port}");
+    let bind = crate::helpers::free_loopback_address();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_writ"))
         .args(["--database-url", &url, "serve", "--bind", &bind])
         .env("WRIT_LOG", "warn")
@@ -236,21 +231,8 @@ async fn a_backup_under_load_restores_every_acknowledged_receipt(app: TestApp) {
         .stdin(std::process::Stdio::null())
         .spawn()
         .expect("spawn writ serve");
+    crate::helpers::await_ready(&app.client, &bind, &mut child).await;
     let base = format!("http://{bind}");
-    let mut up = false;
-    for _ in 0..200 {
-        if let Ok(r) = app.client.get(format!("{base}/readyz")).send().await
-            && r.status().is_success()
-        {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        up,
-        "writ serve did not become ready on the restored database"
-    );
     let (grant, key) = before.iter().next().expect("a receipt before the backup");
     let read = app
         .client

@@ -490,3 +490,31 @@ pub fn confirm_body(digest: &str) -> Value {
 
 /// A well-formed digest that is no grant's digest.
 pub const OTHER_DIGEST: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// A loopback address (`127.0.0.1:port`) nothing listens on now, for a
+/// `writ serve` child process to bind.
+pub fn free_loopback_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// Waits (at most 20 s) until the `writ serve` child bound to `bind`
+/// answers `/readyz` with a 2xx; panics if the child exits first.
+pub async fn await_ready(client: &Client, bind: &str, child: &mut tokio::process::Child) {
+    let ready = format!("http://{bind}/readyz");
+    for _ in 0..200 {
+        if let Ok(r) = client.get(&ready).send().await
+            && r.status().is_success()
+        {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("writ serve exited: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("writ serve did not become ready on {bind}");
+}

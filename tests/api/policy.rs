@@ -3,7 +3,6 @@
 //! MCP endpoint will call.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -417,33 +416,14 @@ async fn cli_and_serve_policy(app: TestApp) {
 
     // writ serve --policy seeds at start.
     let file = temp_file("toml", POLICY);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let bind = format!("127.0.0.1:{port}");
+    let bind = crate::helpers::free_loopback_address();
     let mut child = writ_command(&app, &["serve", "--bind", &bind, "--policy"])
         .arg(&file)
         .spawn()
         .expect("spawn writ serve");
-    let ready = format!("http://{bind}/readyz");
-    let mut up = false;
-    for _ in 0..200 {
-        if let Ok(r) = app.client.get(&ready).send().await
-            && r.status().is_success()
-        {
-            up = true;
-            break;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("writ serve exited: {status}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::helpers::await_ready(&app.client, &bind, &mut child).await;
     let _ = child.kill().await;
     let _ = std::fs::remove_file(file);
-    assert!(up, "writ serve did not become ready");
     let view = get(&app, BOT).await;
     assert_eq!(view["updated_by"], "policy-file");
     assert_eq!(view["grants"][1]["id"], "grants[1]");
