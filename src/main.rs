@@ -595,7 +595,7 @@ async fn run_check(config: &Config) -> anyhow::Result<()> {
         store.close().await;
         anyhow::bail!("the database is not at this Writ's schema: run writ migrate first");
     }
-    let findings = writ::service::check::check(&store, &config.database_url).await;
+    let findings = writ::service::check::check(&store).await;
     store.close().await;
     let mut failed = 0;
     for finding in findings? {

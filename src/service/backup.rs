@@ -75,6 +75,18 @@ pub struct Copied {
     pub took: Duration,
 }
 
+impl Copied {
+    /// What the file at `path` holds, written since `start`.
+    fn at(path: &Path, start: Instant) -> Result<Copied, Refusal> {
+        Ok(Copied {
+            path: path.to_owned(),
+            bytes: std::fs::metadata(path)?.len(),
+            receipts: backup::receipts(path)?,
+            took: start.elapsed(),
+        })
+    }
+}
+
 /// The SQLite file of `database_url`, or the refusal of `operation` on
 /// PostgreSQL.
 fn sqlite_file(database_url: &str, operation: &'static str) -> Result<PathBuf, Refusal> {
@@ -154,12 +166,7 @@ pub fn backup(database_url: &str, out: &Path) -> Result<Copied, Refusal> {
         return Err(e.into());
     }
     finish(&tmp, out)?;
-    Ok(Copied {
-        path: out.to_owned(),
-        bytes: std::fs::metadata(out)?.len(),
-        receipts: backup::receipts(out)?,
-        took: start.elapsed(),
-    })
+    Copied::at(out, start)
 }
 
 /// Puts the backup `from` in place as the SQLite database of
@@ -183,12 +190,7 @@ pub fn restore(from: &Path, database_url: &str) -> Result<Copied, Refusal> {
         return Err(e.into());
     }
     finish(&tmp, &target)?;
-    Ok(Copied {
-        path: target.clone(),
-        bytes: std::fs::metadata(&target)?.len(),
-        receipts: backup::receipts(&target)?,
-        took: start.elapsed(),
-    })
+    Copied::at(&target, start)
 }
 
 #[cfg(test)]

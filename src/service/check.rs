@@ -5,7 +5,7 @@
 //! runs in one read transaction and changes nothing.
 
 use crate::domain::submission::content_digest;
-use crate::store::{self, Store, check};
+use crate::store::{Store, backup, check};
 
 /// One check and what it found.
 #[derive(Debug)]
@@ -26,13 +26,13 @@ impl Finding {
 /// Receipts read per statement by the content check.
 const PAGE: u64 = 1000;
 
-/// Runs every check on `store` (`database_url` names its file on SQLite).
-pub async fn check(store: &Store, database_url: &str) -> anyhow::Result<Vec<Finding>> {
+/// Runs every check on `store`.
+pub async fn check(store: &Store) -> anyhow::Result<Vec<Finding>> {
     let mut findings = Vec::new();
-    if let Some(path) = store::sqlite_file(database_url)? {
+    if let Some(path) = store.sqlite_path() {
         findings.push(Finding {
             name: "SQLite integrity_check and foreign_key_check".to_owned(),
-            problems: store::backup::integrity(&path)?,
+            problems: backup::integrity(&path)?,
         });
     }
     let mut tx = store.read().await?;

@@ -3,7 +3,7 @@
 //! returns the ids of the rows that break one, lowest first, at most
 //! [`SHOWN`].
 
-use sea_query::{Alias, Expr, ExprTrait, Func, JoinType, Order, Query, SelectStatement};
+use sea_query::{Alias, Expr, ExprTrait, Func, Iden, JoinType, Order, Query, SelectStatement};
 
 use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions};
 use super::{StoreResult, Tx};
@@ -57,26 +57,39 @@ pub async fn offenders(tx: &mut Tx, invariant: &Invariant) -> StoreResult<Vec<i6
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 
-fn receipt_without_issue() -> SelectStatement {
-    let (s, i) = (Submissions::Table, Issues::Table);
+/// Receipts whose row of `table` (its `id` column equal to the receipt's
+/// `link`) is missing, or where `differs` holds.
+fn receipts_whose<T: Iden + Copy + 'static>(
+    table: T,
+    id: T,
+    link: Submissions,
+    differs: Expr,
+) -> SelectStatement {
+    let s = Submissions::Table;
     Query::select()
         .column((s, Submissions::Id))
         .from(s)
         .join(
             JoinType::LeftJoin,
-            i,
-            Expr::col((i, Issues::Id)).equals((s, Submissions::IssueId)),
+            table,
+            Expr::col((table, id)).equals((s, link)),
         )
-        .cond_where(
-            Expr::col((i, Issues::Id))
-                .is_null()
-                .or(Expr::col((i, Issues::RepositoryId))
-                    .ne(Expr::col((s, Submissions::RepositoryId))))
-                .or(Expr::col((i, Issues::IssueIndex)).ne(Expr::col((s, Submissions::IssueIndex))))
-                .or(Expr::col((i, Issues::PosterId)).ne(Expr::col((s, Submissions::AgentId)))),
-        )
+        .cond_where(Expr::col((table, id)).is_null().or(differs))
         .order_by((s, Submissions::Id), Order::Asc)
         .to_owned()
+}
+
+fn receipt_without_issue() -> SelectStatement {
+    let (s, i) = (Submissions::Table, Issues::Table);
+    receipts_whose(
+        i,
+        Issues::Id,
+        Submissions::IssueId,
+        Expr::col((i, Issues::RepositoryId))
+            .ne(Expr::col((s, Submissions::RepositoryId)))
+            .or(Expr::col((i, Issues::IssueIndex)).ne(Expr::col((s, Submissions::IssueIndex))))
+            .or(Expr::col((i, Issues::PosterId)).ne(Expr::col((s, Submissions::AgentId)))),
+    )
 }
 
 fn issue_with_receipts() -> SelectStatement {
@@ -91,23 +104,15 @@ fn issue_with_receipts() -> SelectStatement {
 
 fn receipt_without_evaluation() -> SelectStatement {
     let (s, e) = (Submissions::Table, AdmissionEvaluations::Table);
-    Query::select()
-        .column((s, Submissions::Id))
-        .from(s)
-        .join(
-            JoinType::LeftJoin,
-            e,
-            Expr::col((e, AdmissionEvaluations::Id)).equals((s, Submissions::EvaluationId)),
-        )
-        .cond_where(
-            Expr::col((e, AdmissionEvaluations::Id))
-                .is_null()
-                .or(Expr::col((e, AdmissionEvaluations::Phase)).ne("handoff"))
-                .or(Expr::col((e, AdmissionEvaluations::GrantId))
-                    .ne(Expr::col((s, Submissions::GrantId)))),
-        )
-        .order_by((s, Submissions::Id), Order::Asc)
-        .to_owned()
+    receipts_whose(
+        e,
+        AdmissionEvaluations::Id,
+        Submissions::EvaluationId,
+        Expr::col((e, AdmissionEvaluations::Phase))
+            .ne("handoff")
+            .or(Expr::col((e, AdmissionEvaluations::GrantId))
+                .ne(Expr::col((s, Submissions::GrantId)))),
+    )
 }
 
 fn grant_miscounted() -> SelectStatement {

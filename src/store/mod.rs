@@ -248,6 +248,14 @@ impl Store {
         }
     }
 
+    /// The database file on SQLite; `None` on PostgreSQL.
+    pub fn sqlite_path(&self) -> Option<std::path::PathBuf> {
+        match self {
+            Store::Sqlite(pool, ..) => Some(pool.connect_options().get_filename().to_owned()),
+            Store::Postgres(..) => None,
+        }
+    }
+
     /// What wakes the feed's waiters when events commit.
     pub fn events(&self) -> &Arc<events::Signal> {
         match self {

@@ -13,16 +13,10 @@ use crate::db::SqlConn;
 use crate::helpers::{Backend, TestApp};
 use crate::world::{OWNER, REPO, World, new_key, readback_path};
 
-/// Runs the `writ` binary with `args` against `database_url`.
+/// Runs the `writ` binary with `args` against `database_url`, to its end.
 async fn writ(database_url: &str, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_writ"))
-        .arg("--database-url")
-        .arg(database_url)
-        .args(args)
-        .env("WRIT_LOG", "warn")
+    crate::helpers::writ_command(database_url, args)
         .env("RUST_BACKTRACE", "0")
-        .kill_on_drop(true)
-        .stdin(std::process::Stdio::null())
         .output()
         .await
         .expect("run writ")
@@ -224,11 +218,7 @@ async fn a_backup_under_load_restores_every_acknowledged_receipt(app: TestApp) {
     // Writ serves the restored database: the bot reads back a receipt it
     // was told of before the backup began.
     let bind = crate::helpers::free_loopback_address();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_writ"))
-        .args(["--database-url", &url, "serve", "--bind", &bind])
-        .env("WRIT_LOG", "warn")
-        .kill_on_drop(true)
-        .stdin(std::process::Stdio::null())
+    let mut child = crate::helpers::writ_command(&url, &["serve", "--bind", &bind])
         .spawn()
         .expect("spawn writ serve");
     crate::helpers::await_ready(&app.client, &bind, &mut child).await;

@@ -45,16 +45,9 @@ async fn history_len(app: &TestApp) -> String {
     rows[0][0].clone().unwrap()
 }
 
-/// Runs the `writ` binary against the app's database.
+/// Runs the `writ` binary with `args` against the app's database.
 fn writ_command(app: &TestApp, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_writ"));
-    cmd.arg("--database-url")
-        .arg(app.database_url())
-        .args(args)
-        .env("WRIT_LOG", "warn")
-        .kill_on_drop(true)
-        .stdin(std::process::Stdio::null());
-    cmd
+    crate::helpers::writ_command(&app.database_url(), args)
 }
 
 fn temp_file(ext: &str, content: &str) -> std::path::PathBuf {

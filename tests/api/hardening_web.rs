@@ -236,16 +236,11 @@ async fn forms_that_are_not_utf8_are_refused(app: TestApp) {
     resp.assert_status(303);
 }
 
-/// Runs the `writ` binary against the app's database.
+/// Runs the `writ` binary against the app's database, with the default
+/// password minimum.
 fn writ_command(app: &TestApp, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_writ"));
-    cmd.arg("--database-url")
-        .arg(app.database_url())
-        .args(args)
-        .env("WRIT_LOG", "warn")
-        .env_remove("WRIT_MIN_PASSWORD_LENGTH")
-        .kill_on_drop(true)
-        .stdin(std::process::Stdio::null());
+    let mut cmd = crate::helpers::writ_command(&app.database_url(), args);
+    cmd.env_remove("WRIT_MIN_PASSWORD_LENGTH");
     cmd
 }
 

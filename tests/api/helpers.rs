@@ -518,3 +518,16 @@ pub async fn await_ready(client: &Client, bind: &str, child: &mut tokio::process
     }
     panic!("writ serve did not become ready on {bind}");
 }
+
+/// The `writ` binary with `args` against the database at `database_url`
+/// (warnings only in its log, killed when dropped, no stdin).
+pub fn writ_command(database_url: &str, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_writ"));
+    cmd.arg("--database-url")
+        .arg(database_url)
+        .args(args)
+        .env("WRIT_LOG", "warn")
+        .kill_on_drop(true)
+        .stdin(std::process::Stdio::null());
+    cmd
+}

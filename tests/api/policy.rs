@@ -354,14 +354,7 @@ async fn policy_file_seeds_and_decides(app: TestApp) {
 
 /// Runs the `writ` binary with `args` against the app's database.
 fn writ_command(app: &TestApp, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_writ"));
-    cmd.arg("--database-url")
-        .arg(app.database_url())
-        .args(args)
-        .env("WRIT_LOG", "warn")
-        .kill_on_drop(true)
-        .stdin(std::process::Stdio::null());
-    cmd
+    crate::helpers::writ_command(&app.database_url(), args)
 }
 
 both_backends!(cli_and_serve_policy);
