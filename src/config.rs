@@ -104,6 +104,8 @@ pub struct Config {
     pub policy_file: Option<String>,
     /// Webhook delivery (`[webhooks]`, docs/events.md).
     pub webhooks: WebhookSettings,
+    /// Sealing of the audit records (`[audit]`, docs/audit.md).
+    pub audit: AuditSettings,
     /// The clock every use case reads; only a debug build's tests move it
     /// (see [`Clock`]). Not a setting of any file or variable.
     #[serde(skip)]
@@ -145,6 +147,7 @@ impl Default for Config {
             mcp_probe_seconds: 30,
             policy_file: None,
             webhooks: WebhookSettings::default(),
+            audit: AuditSettings::default(),
             clock: Clock::default(),
         }
     }
@@ -173,6 +176,34 @@ pub struct WebhookSettings {
     pub deliver: bool,
     /// PEM certificates trusted for HTTPS targets besides the system roots.
     pub extra_ca_file: Option<String>,
+}
+
+/// The `[audit]` settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditSettings {
+    /// Whether this process seals (every process sharing a database may:
+    /// one at a time seals, by lease).
+    pub seal: bool,
+    /// Seconds between two sealing rounds.
+    pub seal_interval_seconds: u64,
+    /// Seconds after its call a record without an outcome is sealed as it
+    /// is (its call died); an outcome arriving later is refused.
+    pub seal_grace_seconds: u64,
+    /// A file holding an Ed25519 secret key (32 bytes as 64 hex digits,
+    /// `writ audit new-key`); when set, every seal is signed with it.
+    pub signing_key_file: Option<String>,
+}
+
+impl Default for AuditSettings {
+    fn default() -> Self {
+        AuditSettings {
+            seal: true,
+            seal_interval_seconds: 10,
+            seal_grace_seconds: 300,
+            signing_key_file: None,
+        }
+    }
 }
 
 /// `webhooks.resolver`.
@@ -268,6 +299,7 @@ impl fmt::Debug for Config {
             )
             .field("max_connections", &self.max_connections)
             .field("webhooks", &self.webhooks)
+            .field("audit", &self.audit)
             .finish_non_exhaustive()
     }
 }

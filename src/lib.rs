@@ -55,7 +55,8 @@ impl Writ {
 
     /// Serves the application on `listener` with the configured connection
     /// limits and timeouts (`http::serve`) until `shutdown` completes, and
-    /// meanwhile delivers webhooks (`service::webhooks::run`).
+    /// meanwhile delivers webhooks (`service::webhooks::run`) and seals the
+    /// audit records (`service::seal::run`).
     pub async fn serve(
         &self,
         listener: tokio::net::TcpListener,
@@ -68,7 +69,11 @@ impl Writ {
             max_connections_per_address = limits.per_address,
             "connection limits"
         );
+        let signer = service::seal::signer(&self.ctx.config)
+            .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?
+            .map(std::sync::Arc::new);
         let deliveries = tokio::spawn(service::webhooks::run(self.ctx.clone()));
+        let sealer = tokio::spawn(service::seal::run(self.ctx.clone(), signer));
         let waiters = std::sync::Arc::clone(&self.ctx.waiters);
         let shutdown = async move {
             shutdown.await;
@@ -78,6 +83,7 @@ impl Writ {
         };
         let served = http::serve::serve(listener, self.router(), limits, shutdown).await;
         deliveries.abort();
+        sealer.abort();
         served?;
         Ok(())
     }

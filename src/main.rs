@@ -92,9 +92,35 @@ enum Command {
         #[arg(long)]
         from: PathBuf,
     },
-    /// Check the database: SQLite's integrity checks and the receipt
-    /// invariants; exits 1 naming what does not hold. Changes nothing.
+    /// Check the database: SQLite's integrity checks, the audit seals and
+    /// the receipt invariants; exits 1 naming what does not hold. Changes
+    /// nothing.
     Check,
+    /// Seals over the audit records (docs/audit.md): verify them, seal
+    /// now, or make a signing key.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Recompute every seal from the records in the database; exits 1
+    /// naming the first seal and record that do not match. Changes nothing.
+    Verify {
+        /// Start at this seal (trusting the one before it).
+        #[arg(long, default_value_t = 1)]
+        from: i64,
+    },
+    /// Seal every final record not sealed yet, now (what `writ serve` does
+    /// every audit.seal_interval_seconds).
+    Seal,
+    /// Write a new Ed25519 signing key to a file (for
+    /// audit.signing_key_file) and print its key id.
+    NewKey {
+        /// The key file to write (must not exist).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -412,6 +438,7 @@ async fn run() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Check => run_check(&config).await,
+        Command::Audit(cmd) => run_audit(config, cmd).await,
         Command::Report(args) => {
             let writ = Writ::open(config).await?;
             let result = run_report(&writ, args).await;
@@ -584,7 +611,9 @@ fn copied_line(what: &str, c: &writ::service::backup::Copied) -> String {
     )
 }
 
-async fn run_check(config: &Config) -> anyhow::Result<()> {
+/// The store of `config`'s database, which must exist and be at this
+/// Writ's schema (a read-only command neither creates nor migrates it).
+async fn existing_store(config: &Config) -> anyhow::Result<writ::store::Store> {
     if let Some(path) = writ::store::sqlite_file(&config.database_url)?
         && !path.is_file()
     {
@@ -595,6 +624,65 @@ async fn run_check(config: &Config) -> anyhow::Result<()> {
         store.close().await;
         anyhow::bail!("the database is not at this Writ's schema: run writ migrate first");
     }
+    Ok(store)
+}
+
+async fn run_audit(config: Config, cmd: AuditCommand) -> anyhow::Result<()> {
+    use writ::service::seal;
+    match cmd {
+        AuditCommand::NewKey { out } => {
+            let key_id = seal::new_key(&out)?;
+            println!("key {key_id} written to {}", out.display());
+            println!("set signing_key_file in the [audit] section of the config file to its path");
+            Ok(())
+        }
+        AuditCommand::Seal => {
+            let signer = seal::signer(&config)?;
+            let writ = Writ::open(config).await?;
+            let sealed = seal::seal_all(writ.ctx(), signer.as_ref()).await;
+            writ.close().await;
+            let sealed = sealed?;
+            let records: i64 = sealed.iter().map(|s| s.count).sum();
+            match (sealed.first(), sealed.last()) {
+                (Some(first), Some(last)) => println!(
+                    "sealed {records} records in seals {}..={}",
+                    first.seq, last.seq
+                ),
+                _ => println!("nothing final to seal"),
+            }
+            Ok(())
+        }
+        AuditCommand::Verify { from } => {
+            let store = existing_store(&config).await?;
+            let verified = seal::verify(&store, from).await;
+            store.close().await;
+            let verified = verified?;
+            match verified.mismatch {
+                None => {
+                    println!(
+                        "ok: {} seals, {} records verified",
+                        verified.seals, verified.records
+                    );
+                    Ok(())
+                }
+                Some(m) => {
+                    let record = m
+                        .call_id
+                        .map(|id| format!(" record {id}"))
+                        .unwrap_or_default();
+                    println!("FAIL seal {}{record}: {}", m.seal, m.problem);
+                    anyhow::bail!(
+                        "audit verification failed after {} good seals",
+                        verified.seals
+                    )
+                }
+            }
+        }
+    }
+}
+
+async fn run_check(config: &Config) -> anyhow::Result<()> {
+    let store = existing_store(config).await?;
     let findings = writ::service::check::check(&store).await;
     store.close().await;
     let mut failed = 0;

@@ -7,6 +7,8 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::time::Timestamp;
+
 /// A SHA-256 value.
 pub type Hash = [u8; 32];
 
@@ -189,6 +191,46 @@ impl SealFields {
             key_id: key_id.map(str::to_owned),
         }
     }
+}
+
+/// Whether a record may be sealed (spec `audit-proof.md`): its outcome is
+/// written, or it was called more than `grace_seconds` before `now` (its
+/// call died, and it is sealed as it is). A `called_at` that does not parse
+/// cannot age, so such a record is final at once.
+pub fn is_final(has_outcome: bool, called_at: &str, now: Timestamp, grace_seconds: i64) -> bool {
+    has_outcome
+        || Timestamp::parse_text(called_at).is_none_or(|at| at.plus_seconds(grace_seconds) < now)
+}
+
+/// The id of an Ed25519 public key: the first 16 hex digits of its
+/// SHA-256.
+pub fn key_id(public_key: &[u8; 32]) -> String {
+    hex::encode(Sha256::digest(public_key))[..16].to_owned()
+}
+
+/// An Ed25519 signature over the raw 32 bytes of `seal_hash`, by the key
+/// whose 32-byte secret seed is `seed`.
+pub fn sign(seed: &[u8; 32], seal_hash: &Hash) -> [u8; 64] {
+    use ed25519_dalek::Signer;
+    ed25519_dalek::SigningKey::from_bytes(seed)
+        .sign(seal_hash)
+        .to_bytes()
+}
+
+/// The public key of the secret seed `seed`.
+pub fn public_key(seed: &[u8; 32]) -> [u8; 32] {
+    ed25519_dalek::SigningKey::from_bytes(seed)
+        .verifying_key()
+        .to_bytes()
+}
+
+/// True when `signature` is the key `public_key`'s Ed25519 signature of
+/// `seal_hash` (strict verification: no malleable encodings).
+pub fn verify_signature(public_key: &[u8; 32], seal_hash: &Hash, signature: &[u8; 64]) -> bool {
+    ed25519_dalek::VerifyingKey::from_bytes(public_key).is_ok_and(|key| {
+        key.verify_strict(seal_hash, &ed25519_dalek::Signature::from_bytes(signature))
+            .is_ok()
+    })
 }
 
 #[cfg(test)]
@@ -390,5 +432,46 @@ mod tests {
         let mut changed = second.clone();
         changed.sealed_at = "2026-12-06T03:00:11.000000Z".to_owned();
         assert_ne!(changed.hash(), second.hash());
+    }
+
+    /// A record is final once it has its outcome, or once the grace has
+    /// passed since its call without one.
+    #[test]
+    fn a_record_is_final_with_its_outcome_or_after_the_grace() {
+        let now = Timestamp::parse_text("2026-12-06T10:00:00.000000Z").expect("time");
+        let recent = "2026-12-06T09:58:00.000000Z";
+        let old = "2026-12-06T09:54:59.999999Z";
+        assert!(is_final(true, recent, now, 300));
+        assert!(!is_final(false, recent, now, 300));
+        assert!(is_final(false, old, now, 300));
+        assert!(!is_final(false, "2026-12-06T09:55:00.000000Z", now, 300));
+        assert!(is_final(false, "not a time", now, 300));
+    }
+
+    /// A signature verifies with its key over its hash only: RFC 8032's
+    /// first test vector's key, then another hash, another key, and a
+    /// changed signature fail.
+    #[test]
+    fn a_seal_signature_verifies_only_for_its_key_and_hash() {
+        let seed: [u8; 32] =
+            hex::decode("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+                .expect("hex")
+                .try_into()
+                .expect("32 bytes");
+        let public = public_key(&seed);
+        assert_eq!(
+            hex::encode(public),
+            "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
+        );
+        let hash = Sha256::digest(b"seal").into();
+        let signature = sign(&seed, &hash);
+        assert!(verify_signature(&public, &hash, &signature));
+        let other: Hash = Sha256::digest(b"other").into();
+        assert!(!verify_signature(&public, &other, &signature));
+        assert!(!verify_signature(&public_key(&[7; 32]), &hash, &signature));
+        let mut changed = signature;
+        changed[10] ^= 1;
+        assert!(!verify_signature(&public, &hash, &changed));
+        assert_eq!(key_id(&public).len(), 16);
     }
 }

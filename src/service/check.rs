@@ -35,6 +35,18 @@ pub async fn check(store: &Store) -> anyhow::Result<Vec<Finding>> {
             problems: backup::integrity(&path)?,
         });
     }
+    let sealed = super::seal::verify(store, 1).await?;
+    findings.push(Finding {
+        name: "the sealed audit records match their seals (writ audit verify)".to_owned(),
+        problems: sealed
+            .mismatch
+            .iter()
+            .map(|m| match m.call_id {
+                Some(id) => format!("seal {} record {id}: {}", m.seal, m.problem),
+                None => format!("seal {}: {}", m.seal, m.problem),
+            })
+            .collect(),
+    });
     let mut tx = store.read().await?;
     for invariant in &check::INVARIANTS {
         let ids = check::offenders(&mut tx, invariant).await?;

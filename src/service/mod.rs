@@ -21,6 +21,7 @@ pub mod pages;
 pub mod policy;
 pub mod report;
 pub mod schema;
+pub mod seal;
 pub mod sessions;
 pub mod submit;
 pub mod view;

@@ -32,6 +32,8 @@ pub enum ToolCalls {
     NativeStatus,
     ErrorCode,
     CompletedAt,
+    /// The writing transaction (PostgreSQL only; the sealing order).
+    XactId,
 }
 
 /// A call as recorded before it runs.

@@ -21,6 +21,7 @@ pub mod principals;
 pub mod reports;
 pub mod repos;
 pub mod schema;
+pub mod seal;
 pub mod sessions;
 pub mod shape;
 pub mod sqlite;

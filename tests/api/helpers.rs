@@ -309,17 +309,24 @@ impl TestApp {
 
     /// Serves the same database from a second Writ (same public URL).
     pub async fn spawn_replica(&self) -> Replica {
+        self.spawn_replica_with(|_| {}).await
+    }
+
+    /// Like [`TestApp::spawn_replica`], with the configuration adjusted
+    /// first.
+    pub async fn spawn_replica_with(&self, configure: impl FnOnce(&mut writ::Config)) -> Replica {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
         let port = listener.local_addr().expect("local addr").port();
-        let config = writ::Config {
+        let mut config = writ::Config {
             database_url: self.database_url(),
             bind: format!("127.0.0.1:{port}"),
             public_url: Some(self.base.clone()),
             webhooks: self.writ.ctx().config.webhooks.clone(),
             ..writ::Config::default()
         };
+        configure(&mut config);
         let writ = writ::Writ::open(config).await.expect("open the replica");
         let served = writ.clone();
         let server = tokio::spawn(async move {

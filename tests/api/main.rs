@@ -55,6 +55,7 @@ mod world;
 mod access;
 mod admission;
 mod agent;
+mod audit;
 mod backup;
 mod bad_input;
 mod catalogue;

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod agent;
+pub mod audit;
 pub mod events;
 pub mod issues;
 pub mod policy;
@@ -33,6 +34,7 @@ use crate::service::{Ctx, Error};
         events::feed,
         webhooks::create, webhooks::list, webhooks::get, webhooks::update, webhooks::delete,
         webhooks::rotate_secret, webhooks::deliveries, webhooks::retry,
+        audit::keys, audit::proof, audit::verify,
     ),
     components(schemas(ErrorBody, crate::service::policy::ToolGrantInput, crate::service::schema::PageNumber,
         crate::service::schema::PageLimit, crate::service::schema::StateFilter, crate::service::schema::ReportFormatText,
@@ -44,6 +46,7 @@ use crate::service::{Ctx, Error};
     tags((name = "agent", description = "Routes for bot accounts (the MCP adapter's upstream)"),
          (name = "issues", description = "Issues of a repository"),
          (name = "events", description = "The feed of every change (docs/events.md)"),
+         (name = "audit", description = "Sealed audit records: keys, proofs, verification (docs/audit.md)"),
          (name = "admin", description = "Setup privilege"))
 )]
 pub struct ApiDoc;
@@ -142,6 +145,12 @@ pub fn routes() -> Router<Ctx> {
         .route(
             "/api/v1/repos/{owner}/{repo}/agent-work-grants/{grant_id}/admission",
             get(agent::admission_preview),
+        )
+        .route("/api/v1/audit/keys", get(audit::keys))
+        .route("/api/v1/admin/audit/verify", get(audit::verify))
+        .route(
+            "/api/v1/admin/audit/calls/{call_id}/proof",
+            get(audit::proof),
         )
         .route("/api/v1/openapi.json", get(openapi_json))
 }
