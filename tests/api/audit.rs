@@ -39,6 +39,40 @@ async fn seal_now(app: &TestApp) -> Vec<writ::service::seal::Sealed> {
         .expect("seal")
 }
 
+/// Records sealed, and records in all.
+async fn sealed_of_all(db: &mut SqlConn) -> (i64, i64) {
+    let row = db
+        .text_rows(
+            "SELECT CAST((SELECT coalesce(sum(record_count), 0) FROM audit_seals) AS TEXT), \
+             CAST((SELECT count(*) FROM tool_calls) AS TEXT)",
+        )
+        .await
+        .remove(0);
+    let n = |i: usize| row[i].as_deref().expect("count").parse().expect("number");
+    (n(0), n(1))
+}
+
+/// Seals until at least `records` records are sealed. On PostgreSQL a
+/// record is sealed only once every transaction older than its own has
+/// ended, in any database of the server (other tests run beside this
+/// one), so a round may leave the newest for the next.
+async fn seal_through(app: &TestApp, db: &mut SqlConn, records: i64) {
+    for _ in 0..200 {
+        seal_now(app).await;
+        if sealed_of_all(db).await.0 >= records {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("not sealed within 10 s: {:?}", sealed_of_all(db).await);
+}
+
+/// Seals every record written so far.
+async fn seal_everything(app: &TestApp, db: &mut SqlConn) {
+    let all = sealed_of_all(db).await.1;
+    seal_through(app, db, all).await;
+}
+
 /// Records of calls: bot reads and submissions, a refused one among them.
 async fn some_calls(world: &World<'_>, n: usize) {
     let id = world
@@ -83,23 +117,34 @@ async fn every_record_is_sealed_once_and_proves(app: TestApp) {
     .await
     .assert_error(409, "conflict");
 
-    let first = seal_now(&app).await;
-    assert_eq!(first.len(), 1, "one segment: {first:?}");
+    seal_everything(&app, &mut db).await;
+    let first_round = sealed_of_all(&mut db).await.0;
     some_calls(&world, 2).await;
-    let second = seal_now(&app).await;
-    assert_eq!(second.len(), 1);
-    assert_eq!(second[0].seq, 2);
+    seal_everything(&app, &mut db).await;
     assert!(seal_now(&app).await.is_empty(), "nothing is left to seal");
 
     let ids = call_ids(&mut db).await;
-    let sealed = (first[0].count + second[0].count) as usize;
-    assert_eq!(sealed, ids.len(), "every record sealed once");
+    let (sealed, all) = sealed_of_all(&mut db).await;
+    assert_eq!(
+        (sealed, all),
+        (ids.len() as i64, ids.len() as i64),
+        "every record sealed once"
+    );
+    assert!(first_round < sealed);
+    let seal_count: i64 = db
+        .text_rows("SELECT CAST(count(*) AS TEXT) FROM audit_seals")
+        .await[0][0]
+        .as_deref()
+        .expect("count")
+        .parse()
+        .expect("number");
+    assert!(seal_count >= 2);
 
     let verified = app.get("/api/v1/admin/audit/verify", admin).await;
     verified.assert_status(200);
     let v = verified.json();
     assert_eq!(v["ok"], true, "{v}");
-    assert_eq!(v["seals"], 2);
+    assert_eq!(v["seals"], seal_count);
     assert_eq!(v["records"], ids.len());
     let from2 = app
         .get("/api/v1/admin/audit/verify?from=2", admin)
@@ -157,13 +202,17 @@ async fn every_record_is_sealed_once_and_proves(app: TestApp) {
         ));
         seals.push(s.clone());
     }
+    // Every seal met, each chained to the one before.
+    seals.sort_by_key(|s| s["seq"].as_i64());
     seals.dedup();
-    assert_eq!(seals.len(), 2);
-    assert_eq!(seals[1]["prev_seal_hash"], seals[0]["seal_hash"]);
-    assert_eq!(
-        seals[1]["first"],
-        seals[0]["last"].as_i64().expect("last") + 1
-    );
+    assert_eq!(seals.len() as i64, seal_count);
+    for pair in seals.windows(2) {
+        assert_eq!(pair[1]["prev_seal_hash"], pair[0]["seal_hash"]);
+        assert_eq!(
+            pair[1]["first"],
+            pair[0]["last"].as_i64().expect("last") + 1
+        );
+    }
 
     app.get("/api/v1/admin/audit/calls/999999/proof", admin)
         .await
@@ -201,26 +250,32 @@ both_backends!(
 );
 async fn verify_names_the_seal_and_record_of_each_tampering(app: TestApp) {
     let world = World::new(&app).await;
-    some_calls(&world, 3).await;
-    seal_now(&app).await;
-    some_calls(&world, 2).await;
-    seal_now(&app).await;
     let url = app.database_url();
+    let mut db = SqlConn::connect(&url).await;
+    some_calls(&world, 3).await;
+    seal_everything(&app, &mut db).await;
+    some_calls(&world, 2).await;
+    seal_everything(&app, &mut db).await;
     let (ok, text) = verify(&url).await;
     assert!(ok, "{text}");
-    assert!(text.contains("ok: 2 seals"), "{text}");
-
-    let mut db = SqlConn::connect(&url).await;
-    let ids = call_ids(&mut db).await;
-    let (a, b) = (ids[2], ids[3]);
-    let last_seal_1: i64 = db
-        .text_rows("SELECT CAST(last_call_id AS TEXT) FROM audit_seals WHERE seq = 1")
-        .await[0][0]
-        .as_deref()
-        .expect("seal 1")
-        .parse()
-        .expect("id");
-    assert!(b <= last_seal_1, "both in seal 1");
+    let seals = db
+        .text_rows("SELECT CAST(seq AS TEXT), call_ids FROM audit_seals ORDER BY seq")
+        .await;
+    assert!(seals.len() >= 2, "{seals:?}");
+    assert!(
+        text.contains(&format!("ok: {} seals", seals.len())),
+        "{text}"
+    );
+    let last_seq = seals.len();
+    // Two records next to each other in one seal.
+    let (seq, pair) = seals
+        .iter()
+        .find_map(|row| {
+            let ids: Vec<i64> = serde_json::from_str(row[1].as_deref()?).ok()?;
+            (ids.len() >= 2).then(|| (row[0].clone().expect("seq"), (ids[0], ids[1])))
+        })
+        .expect("a seal of two records");
+    let (a, b) = pair;
     let (untrigger, retrigger) = match app.backend {
         Backend::Sqlite => (
             "CREATE TABLE saved_calls AS SELECT * FROM tool_calls; \
@@ -248,12 +303,12 @@ async fn verify_names_the_seal_and_record_of_each_tampering(app: TestApp) {
         (
             "a changed column",
             format!("UPDATE tool_calls SET reason = 'tampered' WHERE id = {a}"),
-            format!("FAIL seal 1 record {a}: the record does not match its sealed leaf hash"),
+            format!("FAIL seal {seq} record {a}: the record does not match its sealed leaf hash"),
         ),
         (
             "a deleted record",
             format!("DELETE FROM tool_calls WHERE id = {a}"),
-            format!("FAIL seal 1 record {a}: the sealed record is missing"),
+            format!("FAIL seal {seq} record {a}: the sealed record is missing"),
         ),
         (
             "an inserted record",
@@ -280,13 +335,15 @@ async fn verify_names_the_seal_and_record_of_each_tampering(app: TestApp) {
                  UPDATE tool_calls SET id = {a} WHERE id = {b}; \
                  UPDATE tool_calls SET id = {b} WHERE id = -1;"
             ),
-            format!("FAIL seal 1 record {a}: the "),
+            format!("FAIL seal {seq} record {a}: the "),
         ),
         (
             "a changed seal",
-            "UPDATE audit_seals SET sealed_at = '2000-01-01T00:00:00.000000Z' WHERE seq = 2"
-                .to_owned(),
-            "FAIL seal 2: its seal_hash is not the hash of its fields".to_owned(),
+            format!(
+                "UPDATE audit_seals SET sealed_at = '2000-01-01T00:00:00.000000Z' \
+                 WHERE seq = {last_seq}"
+            ),
+            format!("FAIL seal {last_seq}: its seal_hash is not the hash of its fields"),
         ),
         (
             "a broken signature",
@@ -374,24 +431,27 @@ async fn a_record_without_outcome_waits_its_grace_then_is_final(app: TestApp) {
 
     // Within its grace the record stops the seal: everything before it is
     // sealed, nothing after.
-    let sealed = seal_now(&app).await;
-    let covered: i64 = sealed.iter().map(|s| s.count).sum();
-    let admin = Auth::Token(&app.admin_token);
     let positions = call_ids(&mut db).await;
     let place = positions
         .iter()
         .position(|id| *id == dead)
         .expect("dead call") as i64;
-    assert_eq!(covered, place, "sealed up to the record without outcome");
+    seal_through(&app, &mut db, place).await;
+    seal_now(&app).await;
+    let admin = Auth::Token(&app.admin_token);
+    assert_eq!(
+        sealed_of_all(&mut db).await.0,
+        place,
+        "sealed up to the record without outcome"
+    );
     app.get(&format!("/api/v1/admin/audit/calls/{dead}/proof"), admin)
         .await
         .assert_error(409, "conflict");
 
     // After the grace it is final, sealed as it is; the rest follow.
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
-    let sealed = seal_now(&app).await;
-    let total: i64 = covered + sealed.iter().map(|s| s.count).sum::<i64>();
-    assert_eq!(total as usize, before);
+    seal_everything(&app, &mut db).await;
+    assert_eq!(sealed_of_all(&mut db).await, (before as i64, before as i64));
     let proof = app
         .get(&format!("/api/v1/admin/audit/calls/{dead}/proof"), admin)
         .await;
@@ -434,11 +494,10 @@ async fn sealing_under_load_seals_each_record_exactly_once(app: TestApp) {
         }
     });
     futures_util::future::join_all(writers).await;
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    seal_now(&app).await;
+    let mut db = SqlConn::connect(&app.database_url()).await;
+    seal_everything(&app, &mut db).await;
     drop(replica);
 
-    let mut db = SqlConn::connect(&app.database_url()).await;
     let ids: BTreeSet<i64> = call_ids(&mut db).await.into_iter().collect();
     let rows = db
         .text_rows("SELECT CAST(seq AS TEXT), call_ids, CAST(first_position AS TEXT), CAST(record_count AS TEXT) FROM audit_seals ORDER BY seq")
@@ -459,4 +518,111 @@ async fn sealing_under_load_seals_each_record_exactly_once(app: TestApp) {
     let (ok, text) = verify(&app.database_url()).await;
     assert!(ok, "{text}");
     db.close().await;
+}
+
+/// The interpreter of the venv with `cryptography`, from
+/// `WRIT_TEST_AUDIT_PYTHON`; `None` (the test is skipped) when unset,
+/// unless `WRIT_TEST_REQUIRE_AUDIT_PYTHON` is set.
+fn python() -> Option<String> {
+    match std::env::var("WRIT_TEST_AUDIT_PYTHON") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ => {
+            assert!(
+                std::env::var_os("WRIT_TEST_REQUIRE_AUDIT_PYTHON").is_none_or(|v| v.is_empty()),
+                "WRIT_TEST_REQUIRE_AUDIT_PYTHON is set but WRIT_TEST_AUDIT_PYTHON is unset"
+            );
+            eprintln!("skipped: WRIT_TEST_AUDIT_PYTHON unset");
+            None
+        }
+    }
+}
+
+/// Runs tests/audit_python/verify_seals.py with `args`: whether it passed,
+/// and what it printed.
+async fn independent(python: &str, args: &[&str]) -> (bool, String) {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/audit_python/verify_seals.py"
+    );
+    let out = tokio::process::Command::new(python)
+        .arg(script)
+        .args(args)
+        .output()
+        .await
+        .expect("run the verifier");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+both_backends!(
+    an_independent_verifier_checks_proofs_and_signatures,
+    super::manual_signed
+);
+async fn an_independent_verifier_checks_proofs_and_signatures(app: TestApp) {
+    let Some(python) = python() else { return };
+    let world = World::new(&app).await;
+    let mut db = SqlConn::connect(&app.database_url()).await;
+    some_calls(&world, 2).await;
+    seal_everything(&app, &mut db).await;
+    some_calls(&world, 1).await;
+    seal_everything(&app, &mut db).await;
+    let seals = db
+        .text_rows("SELECT seal_hash FROM audit_seals")
+        .await
+        .len();
+    let ids: Vec<String> = call_ids(&mut db).await.iter().map(i64::to_string).collect();
+    db.close().await;
+    let mut args = vec![app.base.as_str(), app.admin_token.as_str()];
+    args.extend(ids.iter().map(String::as_str));
+    let (ok, text) = independent(&python, &args).await;
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!("ok: {} proofs in {seals} seals", ids.len())),
+        "{text}"
+    );
+
+    // The same verifier refuses a proof changed anywhere.
+    let admin = Auth::Token(&app.admin_token);
+    let mut proof = app
+        .get(
+            &format!("/api/v1/admin/audit/calls/{}/proof", ids[1]),
+            admin,
+        )
+        .await
+        .json();
+    proof["keys"] = app.get("/api/v1/audit/keys", Auth::None).await.json();
+    let file = std::env::temp_dir().join(format!("writ-proof-{}.json", uuid::Uuid::new_v4()));
+    let flip = |hex: &Value| {
+        let mut s = hex.as_str().expect("hex").to_owned();
+        let first = if s.starts_with('0') { "1" } else { "0" };
+        s.replace_range(0..1, first);
+        Value::from(s)
+    };
+    let mut cases: Vec<(&str, Value, &str)> = Vec::new();
+    let mut changed = proof.clone();
+    changed["leaf"]["reason"] = "tampered".into();
+    cases.push(("a changed leaf", changed, "leaf_hash is not"));
+    let mut changed = proof.clone();
+    changed["audit_path"][0] = flip(&proof["audit_path"][0]);
+    cases.push(("a changed path", changed, "audit path does not lead"));
+    let mut changed = proof.clone();
+    changed["seal"]["sealed_at"] = "2000-01-01T00:00:00.000000Z".into();
+    cases.push(("a changed seal", changed, "seal_hash is not"));
+    let mut changed = proof.clone();
+    changed["seal"]["signature"] = flip(&proof["seal"]["signature"]);
+    cases.push(("a broken signature", changed, "signature does not verify"));
+    let path = file.display().to_string();
+    std::fs::write(&file, proof.to_string()).expect("write the proof");
+    let (ok, text) = independent(&python, &["--proof-file", &path]).await;
+    assert!(ok, "the proof as served: {text}");
+    for (what, changed, expected) in cases {
+        std::fs::write(&file, changed.to_string()).expect("write the proof");
+        let (ok, text) = independent(&python, &["--proof-file", &path]).await;
+        assert!(!ok && text.contains(expected), "{what}: {text}");
+    }
+    let _ = std::fs::remove_file(&file);
 }

@@ -65,7 +65,11 @@ async fn audit_records_survive_migration_0010(app: TestApp) {
     let expected: &[&str] = if sqlite {
         &["tool_calls_called_at"]
     } else {
-        &["tool_calls_called_at", "tool_calls_pkey"]
+        &[
+            "tool_calls_called_at",
+            "tool_calls_pkey",
+            "tool_calls_sealing",
+        ]
     };
     assert_eq!(names, expected);
     if sqlite {
@@ -87,10 +91,16 @@ async fn audit_records_survive_migration_0010(app: TestApp) {
     // Still append-only, and the view reads every record.
     let refused = conn.execute("DELETE FROM tool_calls WHERE id = 1").await;
     assert!(refused.unwrap_err().contains("never deleted"));
+    // (The sealer may have sealed the record already: then that trigger
+    // refuses first.)
     let refused = conn
         .execute("UPDATE tool_calls SET agent_login = 'x' WHERE id = 2")
-        .await;
-    assert!(refused.unwrap_err().contains("only gain their outcome"));
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains("only gain their outcome") || refused.contains("record is sealed"),
+        "{refused}"
+    );
     let view = conn
         .text_rows(
             "SELECT CAST(call_id AS TEXT), request_id FROM report_tool_calls_v1 \
