@@ -80,5 +80,3 @@ CREATE TABLE audit_keys (
 
 CREATE TRIGGER audit_keys_no_change BEFORE UPDATE OR DELETE ON audit_keys
     FOR EACH ROW EXECUTE FUNCTION audit_append_only();
-
-GRANT SELECT ON audit_seals, audit_keys TO writ_reporting;

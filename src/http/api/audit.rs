@@ -16,7 +16,7 @@ use crate::service::{Ctx, Error};
 
 /// Every public key that has signed a seal, by `key_id`, oldest first
 /// (public: a verifier needs no account).
-#[utoipa::path(get, path = "/api/v1/audit/keys", tag = "audit",
+#[utoipa::path(get, path = "/api/v1/audit/keys", tag = "audit", operation_id = "audit_keys",
     responses((status = 200, body = Vec<KeyView>)))]
 pub async fn keys(State(ctx): State<Ctx>) -> Result<Json<Vec<KeyView>>, ApiError> {
     Ok(Json(seal::keys(&ctx).await?))
@@ -24,7 +24,7 @@ pub async fn keys(State(ctx): State<Ctx>) -> Result<Json<Vec<KeyView>>, ApiError
 
 /// A record's inclusion proof: its leaf object, its seal, its index and the
 /// RFC 9162 audit path (`read:admin`); 409 while it is not sealed yet.
-#[utoipa::path(get, path = "/api/v1/admin/audit/calls/{call_id}/proof", tag = "audit",
+#[utoipa::path(get, path = "/api/v1/admin/audit/calls/{call_id}/proof", tag = "audit", operation_id = "audit_call_proof",
     params(("call_id" = inline(crate::service::schema::PositiveId), Path)),
     responses((status = 200, body = Proof), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
@@ -43,7 +43,7 @@ pub async fn proof(
 
 /// Recomputes every seal from the records in the database, as `writ audit
 /// verify` does (`read:admin`); `ok` is false with the first mismatch.
-#[utoipa::path(get, path = "/api/v1/admin/audit/verify", tag = "audit",
+#[utoipa::path(get, path = "/api/v1/admin/audit/verify", tag = "audit", operation_id = "audit_verify",
     params(("from" = Option<crate::service::schema::PositiveId>, Query, description = "the first seal to verify (default 1)")),
     responses((status = 200, body = Verification), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody)),

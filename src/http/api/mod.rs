@@ -41,7 +41,7 @@ use crate::service::{Ctx, Error};
         crate::service::schema::DateTimeText, crate::service::schema::FreeText,
         crate::service::schema::EventCursorText, crate::service::schema::FeedLimit,
         crate::service::schema::FeedWait, crate::service::schema::EventTypeFilterText,
-        crate::service::schema::FullNameText)),
+        crate::service::schema::FullNameText, crate::service::schema::PositiveId)),
     modifiers(&Security),
     tags((name = "agent", description = "Routes for bot accounts (the MCP adapter's upstream)"),
          (name = "issues", description = "Issues of a repository"),

@@ -83,7 +83,7 @@ fn token(fx: &Fixture<'_>, op: &Operation) -> String {
     match op.tag.as_str() {
         "agent" => fx.world.bot.clone(),
         "issues" => fx.world.alice_token.clone(),
-        "admin" => fx.app().admin_token.clone(),
+        "admin" | "audit" => fx.app().admin_token.clone(),
         "events" => fx.world.alice_token.clone(),
         other => panic!("{}: no credentials for tag {other:?}", op.id),
     }

@@ -57,6 +57,8 @@ pub struct Fixture<'a> {
     pub webhook: i64,
     pub webhook_delivery: i64,
     pub doomed_webhook: i64,
+    /// An audit record already sealed (its proof route answers 200).
+    pub sealed_call: i64,
     serial: AtomicU64,
 }
 
@@ -96,6 +98,7 @@ impl<'a> Fixture<'a> {
         let spare_token = app.create_token(BOT, &["read:repository"]).await.id;
         let (webhook, webhook_delivery) = failed_delivery(app).await;
         let doomed_webhook = disabled_webhook(app, "doomed").await;
+        let sealed_call = sealed_call(app).await;
         let root = Browser::logged_in(&app.base, ADMIN_LOGIN, ADMIN_PASSWORD).await;
         let index = |s: &Value| s["issue"]["index"].as_i64().expect("issue index");
         Fixture {
@@ -115,6 +118,7 @@ impl<'a> Fixture<'a> {
             webhook,
             webhook_delivery,
             doomed_webhook,
+            sealed_call,
             serial: AtomicU64::new(1),
         }
     }
@@ -154,6 +158,7 @@ impl<'a> Fixture<'a> {
             ("delete_webhook", "id") => self.doomed_webhook.to_string(),
             (_, "id") => self.webhook.to_string(),
             (_, "delivery_id") => self.webhook_delivery.to_string(),
+            ("audit_call_proof", "call_id") => self.sealed_call.to_string(),
             _ => return None,
         })
     }
@@ -253,6 +258,27 @@ async fn disabled_webhook(app: &TestApp, name: &str) -> i64 {
         .await;
     resp.assert_status(201);
     resp.json()["id"].as_i64().expect("subscription id")
+}
+
+/// The first record of the first seal, sealed now (on PostgreSQL a round
+/// may have to wait for older transactions of other tests to end).
+async fn sealed_call(app: &TestApp) -> i64 {
+    let ctx = app.writ().ctx();
+    for _ in 0..200 {
+        writ::service::seal::seal_all(ctx, None)
+            .await
+            .expect("seal");
+        let mut tx = ctx.store.read().await.expect("read");
+        if let Some(seal) = writ::store::seal::latest(&mut tx)
+            .await
+            .expect("latest seal")
+        {
+            let ids: Vec<i64> = serde_json::from_str(&seal.call_ids).expect("call ids");
+            return ids[0];
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("no record sealed within 10 s");
 }
 
 /// A disabled subscription and a failed delivery of it (written with SQL:
