@@ -11,7 +11,7 @@ use sea_query::{
 };
 
 use super::admission::{NewEvaluation, evaluation_insert, evaluation_values};
-use super::audit::{CallEnd, CallEndStatement, EndKind, Outcome};
+use super::audit::{CallEnd, CallEndStatement, EndKind, Outcome, ToolCalls};
 use super::events::Events;
 use super::issues::{ISSUE_COLUMNS, RECEIPT_COLUMNS, bump_index};
 use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions};
@@ -161,8 +161,14 @@ fn issue_from(index: Expr, source: SelectStatement) -> InsertStatement {
         .to_owned()
 }
 
-/// The receipt insert, its issue and evaluation read from `source`.
-fn receipt_from(issue: (Expr, Expr), evaluation: Expr, source: SelectStatement) -> InsertStatement {
+/// The receipt insert, its issue, evaluation and audit record read from
+/// `source`.
+fn receipt_from(
+    issue: (Expr, Expr),
+    evaluation: Expr,
+    call: Expr,
+    source: SelectStatement,
+) -> InsertStatement {
     let (issue_id, issue_index) = issue;
     let mut select = source;
     select
@@ -177,12 +183,13 @@ fn receipt_from(issue: (Expr, Expr), evaluation: Expr, source: SelectStatement) 
         .expr(slot("repository_full_name"))
         .expr(slot("issue_url_prefix").binary(BinOper::Custom("||"), issue_index))
         .expr(evaluation)
-        .expr(slot("now"));
+        .expr(slot("now"))
+        .expr(call);
     Query::insert()
         .into_table(Submissions::Table)
         .columns(RECEIPT_COLUMNS)
         .select_from(select)
-        .expect("twelve columns, twelve values")
+        .expect("thirteen columns, thirteen values")
         .returning_col(Submissions::Id)
         .to_owned()
 }
@@ -225,15 +232,27 @@ fn hand_off_statement(audit: Option<EndKind>) -> WithQuery {
     };
     let next = Expr::col(("ix", Repositories::NextIssueIndex)).sub(1);
     let issue = issue_from(next, Query::select().from("ix").to_owned());
+    let mut source = Query::select().from("iss").from("ev").to_owned();
+    let call = match audit {
+        Some(_) => {
+            source.from("au");
+            Expr::col(("au", ToolCalls::Id))
+        }
+        None => Expr::val(Option::<i64>::None),
+    };
     let receipt = receipt_from(
         (
             Expr::col(("iss", Issues::Id)),
             Expr::col(("iss", Issues::IssueIndex)),
         ),
         Expr::col(("ev", AdmissionEvaluations::Id)),
-        Query::select().from("iss").from("ev").to_owned(),
+        call,
+        source,
     );
     let mut with = WithClause::new();
+    if let Some(kind) = audit {
+        with.cte(cte("au", CallEndStatement::shaped(kind).into_subquery()));
+    }
     with.cte(cte("ev", evaluation_insert().into()))
         .cte(cte(
             "ix",
@@ -263,10 +282,6 @@ fn hand_off_statement(audit: Option<EndKind>) -> WithQuery {
         .from("iss")
         .from("sub")
         .from("g");
-    if let Some(kind) = audit {
-        with.cte(cte("au", CallEndStatement::shaped(kind).into_subquery()));
-        select.from("au");
-    }
     select.with(with)
 }
 
@@ -314,15 +329,35 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
     };
     let q = ISSUE.bind(SQLITE, issue, &args);
     let (issue_id, issue_index): (i64, i64) = tx.fetch_one(&q).await?;
+    // The call's record first: the receipt keeps its id.
+    let call_id = match h.audit {
+        Some((end, outcome)) => {
+            let kind = end.kind();
+            let shape = &AUDIT[usize::from(kind == EndKind::Complete)];
+            let q = shape.bind(
+                SQLITE,
+                || CallEndStatement::shaped(kind),
+                &end.values(outcome),
+            );
+            let (id,) = tx
+                .fetch_optional::<(i64,)>(&q)
+                .await?
+                .ok_or(StoreError::NotFound)?;
+            Some(id)
+        }
+        None => None,
+    };
     args.extend([
         ("issue_id", issue_id.into()),
         ("issue_index", issue_index.into()),
         ("evaluation_id", evaluation_id.into()),
+        ("call_id", call_id.into()),
     ]);
     let receipt = || {
         receipt_from(
             (slot("issue_id"), slot("issue_index")),
             slot("evaluation_id"),
+            slot("call_id"),
             Query::select().to_owned(),
         )
     };
@@ -342,18 +377,6 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
     args.push(("event_id", event_id.into()));
     let q = DELIVERIES.bind(SQLITE, || deliveries(slot("event_id")), &args);
     tx.execute(&q).await?;
-    if let Some((end, outcome)) = h.audit {
-        let kind = end.kind();
-        let shape = &AUDIT[usize::from(kind == EndKind::Complete)];
-        let q = shape.bind(
-            SQLITE,
-            || CallEndStatement::shaped(kind),
-            &end.values(outcome),
-        );
-        if tx.fetch_optional::<(i64,)>(&q).await?.is_none() {
-            return Err(StoreError::NotFound);
-        }
-    }
     Ok(HandedOff {
         evaluation_id,
         issue_id,

@@ -286,7 +286,7 @@ pub async fn submissions_of_grant(tx: &mut Tx, grant_id: i64) -> StoreResult<Vec
     tx.fetch_all(&q).await
 }
 
-pub(super) const RECEIPT_COLUMNS: [Submissions; 12] = [
+pub(super) const RECEIPT_COLUMNS: [Submissions; 13] = [
     Submissions::GrantId,
     Submissions::RequestKey,
     Submissions::ContentDigest,
@@ -299,6 +299,7 @@ pub(super) const RECEIPT_COLUMNS: [Submissions; 12] = [
     Submissions::IssueUrl,
     Submissions::EvaluationId,
     Submissions::CreatedAt,
+    Submissions::CallId,
 ];
 
 pub(super) const ISSUE_COLUMNS: [Issues; 6] = [

@@ -181,6 +181,8 @@ pub enum Submissions {
     IssueUrl,
     EvaluationId,
     CreatedAt,
+    /// The audit record of the call that created the receipt.
+    CallId,
 }
 
 /// `catalogs`

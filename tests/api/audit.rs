@@ -626,3 +626,36 @@ async fn an_independent_verifier_checks_proofs_and_signatures(app: TestApp) {
     }
     let _ = std::fs::remove_file(&file);
 }
+
+both_backends!(each_receipt_keeps_the_record_of_its_call);
+async fn each_receipt_keeps_the_record_of_its_call(app: TestApp) {
+    let world = World::new(&app).await;
+    some_calls(&world, 3).await;
+    some_calls(&world, 2).await;
+    let mut db = SqlConn::connect(&app.database_url()).await;
+    let linked = "SELECT CAST(s.id AS TEXT), CAST(s.call_id AS TEXT), c.tool, \
+                  CAST(c.native_status AS TEXT), CAST(c.agent_id = s.agent_id AS TEXT) \
+                  FROM submissions s LEFT JOIN tool_calls c ON c.id = s.call_id ORDER BY s.id";
+    let rows = db.text_rows(linked).await;
+    assert_eq!(rows.len(), 5);
+    for row in &rows {
+        assert_eq!(
+            row[2].as_deref(),
+            Some("submit_agent_work_proposal"),
+            "{row:?}"
+        );
+        assert_eq!(row[3].as_deref(), Some("201"), "{row:?}");
+        assert!(matches!(row[4].as_deref(), Some("1" | "true")), "{row:?}");
+    }
+
+    // The migration's pairing links receipts written before it the same
+    // way: unlink them all, run its update again, compare.
+    let migration = include_str!("../../migrations/sqlite/0016_receipt_calls.sql");
+    let update = &migration[migration.find("UPDATE submissions").expect("the update")..];
+    db.execute("UPDATE submissions SET call_id = NULL")
+        .await
+        .expect("unlink");
+    db.execute(update).await.expect("the migration's update");
+    assert_eq!(db.text_rows(linked).await, rows);
+    db.close().await;
+}
