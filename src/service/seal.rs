@@ -15,7 +15,7 @@ use crate::store::seal::{self as store, Cursor, KeyRow, RecordRow, SealRow};
 use crate::store::{Store, Tx};
 
 /// The most records one seal covers.
-pub const SEGMENT: u64 = 5000;
+pub const SEGMENT: u64 = 1000;
 
 /// The key that signs seals: an Ed25519 secret seed and its key's id.
 pub struct Signer {
