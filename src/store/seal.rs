@@ -276,27 +276,27 @@ pub async fn take_lease(tx: &mut Tx) -> StoreResult<bool> {
     Ok(tx.fetch_one::<(bool,)>(&q).await?.0)
 }
 
+/// A seal's columns of the spec's fields, with its hash and signature.
+const SEAL_COLUMNS: [AuditSeals; 10] = [
+    AuditSeals::Seq,
+    AuditSeals::FirstPosition,
+    AuditSeals::LastPosition,
+    AuditSeals::RecordCount,
+    AuditSeals::MerkleRoot,
+    AuditSeals::PrevSealHash,
+    AuditSeals::SealedAt,
+    AuditSeals::KeyId,
+    AuditSeals::SealHash,
+    AuditSeals::Signature,
+];
+
 fn select_seals(backend: Backend) -> SelectStatement {
     use AuditSeals as S;
     let mut s = Query::select();
-    s.columns(
-        [
-            S::Seq,
-            S::FirstPosition,
-            S::LastPosition,
-            S::RecordCount,
-            S::MerkleRoot,
-            S::PrevSealHash,
-            S::SealedAt,
-            S::KeyId,
-            S::SealHash,
-            S::Signature,
-        ]
-        .map(|c| (S::Table, c)),
-    )
-    .expr_as(seal_xact(backend), "last_xact")
-    .columns([S::LastCallId, S::CallIds, S::LeafHashes].map(|c| (S::Table, c)))
-    .from(S::Table);
+    s.columns(SEAL_COLUMNS.map(|c| (S::Table, c)))
+        .expr_as(seal_xact(backend), "last_xact")
+        .columns([S::LastCallId, S::CallIds, S::LeafHashes].map(|c| (S::Table, c)))
+        .from(S::Table);
     s
 }
 
@@ -360,21 +360,8 @@ pub async fn insert(tx: &mut Tx, seal: &SealRow) -> StoreResult<()> {
             [sea_query::Value::from(seal.last_xact.to_string())],
         ),
     };
-    let mut columns = vec![
-        S::Seq,
-        S::FirstPosition,
-        S::LastPosition,
-        S::RecordCount,
-        S::MerkleRoot,
-        S::PrevSealHash,
-        S::SealedAt,
-        S::KeyId,
-        S::SealHash,
-        S::Signature,
-        S::LastCallId,
-        S::CallIds,
-        S::LeafHashes,
-    ];
+    let mut columns = SEAL_COLUMNS.to_vec();
+    columns.extend([S::LastCallId, S::CallIds, S::LeafHashes]);
     let mut values: Vec<Expr> = vec![
         seal.seq.into(),
         seal.first_position.into(),

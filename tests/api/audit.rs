@@ -229,19 +229,27 @@ async fn every_record_is_sealed_once_and_proves(app: TestApp) {
     db.close().await;
 }
 
-/// Runs `writ audit verify` on the app's database.
-async fn verify(url: &str) -> (bool, String) {
-    let out: Output = crate::helpers::writ_command(url, &["audit", "verify"])
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .await
-        .expect("run writ");
+/// Runs `cmd` to its end: whether it succeeded, and what it printed.
+async fn finished(mut cmd: tokio::process::Command) -> (bool, String) {
+    let out: Output = cmd.output().await.expect("run the command");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// Runs `writ ARGS` on the database `url`.
+async fn writ(url: &str, args: &[&str]) -> (bool, String) {
+    let mut cmd = crate::helpers::writ_command(url, args);
+    cmd.env("RUST_BACKTRACE", "0");
+    finished(cmd).await
+}
+
+/// Runs `writ audit verify` on the app's database.
+async fn verify(url: &str) -> (bool, String) {
+    writ(url, &["audit", "verify"]).await
 }
 
 both_backends!(
@@ -369,17 +377,7 @@ async fn verify_names_the_seal_and_record_of_each_tampering(app: TestApp) {
             text.contains(expected.as_str()),
             "{what}: expected {expected:?} in {text}"
         );
-        let (_, check) = {
-            let out = crate::helpers::writ_command(&url, &["check"])
-                .env("RUST_BACKTRACE", "0")
-                .output()
-                .await
-                .expect("run writ check");
-            (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-            )
-        };
+        let (_, check) = writ(&url, &["check"]).await;
         assert!(
             check.contains("FAIL  the sealed audit records match their seals"),
             "{what}: writ check: {check}"
@@ -544,18 +542,9 @@ async fn independent(python: &str, args: &[&str]) -> (bool, String) {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/audit_python/verify_seals.py"
     );
-    let out = tokio::process::Command::new(python)
-        .arg(script)
-        .args(args)
-        .output()
-        .await
-        .expect("run the verifier");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(script).args(args);
+    finished(cmd).await
 }
 
 both_backends!(
