@@ -656,7 +656,12 @@ async fn run_audit(config: Config, cmd: AuditCommand) -> anyhow::Result<()> {
             let store = existing_store(&config).await?;
             let verified = seal::verify(&store, from).await;
             store.close().await;
-            let verified = verified?;
+            let verified = match verified {
+                Err(writ::service::Error::NotFound) => {
+                    anyhow::bail!("there is no seal {} to start after", from - 1)
+                }
+                other => other?,
+            };
             match verified.mismatch {
                 None => {
                     println!(

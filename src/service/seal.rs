@@ -297,6 +297,7 @@ const SEAL_PAGE: u64 = 64;
 /// Recomputes every seal from `from` on (1: all) from the records in the
 /// database: each record's leaf, each seal's root, hash, signature and link
 /// to the one before; stops at the first mismatch. One read transaction.
+/// [`Error::NotFound`] when there is no seal `from - 1` to start after.
 pub async fn verify(store: &Store, from: i64) -> Result<Verification> {
     let mut tx = store.read().await?;
     let keys: std::collections::HashMap<String, String> = store::keys(&mut tx)
@@ -306,9 +307,11 @@ pub async fn verify(store: &Store, from: i64) -> Result<Verification> {
         .collect();
     let mut prev = match from {
         ..=1 => None,
-        seq => Some(store::seal(&mut tx, seq - 1).await?.ok_or_else(|| {
-            Error::Invalid(format!("there is no seal {} to start after", seq - 1))
-        })?),
+        seq => Some(
+            store::seal(&mut tx, seq - 1)
+                .await?
+                .ok_or(Error::NotFound)?,
+        ),
     };
     let mut done = Verification {
         ok: true,

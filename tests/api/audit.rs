@@ -223,6 +223,27 @@ async fn every_record_is_sealed_once_and_proves(app: TestApp) {
     app.get("/api/v1/admin/audit/verify?from=a", admin)
         .await
         .assert_error(400, "invalid_input");
+    // Past the last seal: nothing to verify; further: no seal to start after.
+    let past = app
+        .get(
+            &format!("/api/v1/admin/audit/verify?from={}", seal_count + 1),
+            admin,
+        )
+        .await
+        .json();
+    assert_eq!(
+        (&past["ok"], &past["seals"]),
+        (&Value::Bool(true), &Value::from(0))
+    );
+    app.get(
+        &format!("/api/v1/admin/audit/verify?from={}", seal_count + 2),
+        admin,
+    )
+    .await
+    .assert_error(404, "not_found");
+    app.get("/api/v1/admin/audit/verify?from=9223372036854775806", admin)
+        .await
+        .assert_error(404, "not_found");
     app.get("/api/v1/admin/audit/verify", Auth::Token(&world.bot))
         .await
         .assert_status(403);

@@ -42,11 +42,12 @@ pub async fn proof(
 }
 
 /// Recomputes every seal from the records in the database, as `writ audit
-/// verify` does (`read:admin`); `ok` is false with the first mismatch.
+/// verify` does (`read:admin`); `ok` is false with the first mismatch; 404
+/// when there is no seal `from - 1` to start after.
 #[utoipa::path(get, path = "/api/v1/admin/audit/verify", tag = "audit", operation_id = "audit_verify",
     params(("from" = Option<crate::service::schema::PositiveId>, Query, description = "the first seal to verify (default 1)")),
     responses((status = 200, body = Verification), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody)),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("token" = [])))]
 pub async fn verify(
     State(ctx): State<Ctx>,
