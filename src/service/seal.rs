@@ -369,17 +369,7 @@ async fn check_seal(
     let Some(stored) = stored else {
         return at(None, "a stored leaf hash is not 32 bytes of hex".into());
     };
-    let fields = SealFields {
-        seq: seal.seq,
-        first: seal.first_position,
-        last: seal.last_position,
-        count: seal.record_count,
-        merkle_root: seal.merkle_root.clone(),
-        prev_seal_hash: seal.prev_seal_hash.clone(),
-        sealed_at: seal.sealed_at.clone(),
-        key_id: seal.key_id.clone(),
-    };
-    if hex::encode(fields.hash()) != seal.seal_hash {
+    if hex::encode(fields_of(seal).hash()) != seal.seal_hash {
         return at(None, "its seal_hash is not the hash of its fields".into());
     }
     if seal.prev_seal_hash.as_deref() != prev.map(|p| p.seal_hash.as_str()) {
@@ -487,18 +477,33 @@ pub struct SealView {
 
 impl SealView {
     fn of(s: &SealRow) -> SealView {
+        let f = fields_of(s);
         SealView {
-            seq: s.seq,
-            first: s.first_position,
-            last: s.last_position,
-            count: s.record_count,
-            merkle_root: s.merkle_root.clone(),
-            prev_seal_hash: s.prev_seal_hash.clone(),
-            sealed_at: s.sealed_at.clone(),
-            key_id: s.key_id.clone(),
+            seq: f.seq,
+            first: f.first,
+            last: f.last,
+            count: f.count,
+            merkle_root: f.merkle_root,
+            prev_seal_hash: f.prev_seal_hash,
+            sealed_at: f.sealed_at,
+            key_id: f.key_id,
             seal_hash: s.seal_hash.clone(),
             signature: s.signature.clone(),
         }
+    }
+}
+
+/// The fields of a stored seal that its hash covers.
+fn fields_of(s: &SealRow) -> SealFields {
+    SealFields {
+        seq: s.seq,
+        first: s.first_position,
+        last: s.last_position,
+        count: s.record_count,
+        merkle_root: s.merkle_root.clone(),
+        prev_seal_hash: s.prev_seal_hash.clone(),
+        sealed_at: s.sealed_at.clone(),
+        key_id: s.key_id.clone(),
     }
 }
 
