@@ -193,6 +193,12 @@ pub struct AuditSettings {
     /// A file holding an Ed25519 secret key (32 bytes as 64 hex digits,
     /// `writ audit new-key`); when set, every seal is signed with it.
     pub signing_key_file: Option<String>,
+    /// Archive and delete, on the sealer's schedule, the records of seals
+    /// made more than this many days ago (needs `archive_dir`); off when
+    /// unset.
+    pub retain_days: Option<u64>,
+    /// The directory retention writes its archives to.
+    pub archive_dir: Option<String>,
 }
 
 impl Default for AuditSettings {
@@ -202,6 +208,8 @@ impl Default for AuditSettings {
             seal_interval_seconds: 10,
             seal_grace_seconds: 300,
             signing_key_file: None,
+            retain_days: None,
+            archive_dir: None,
         }
     }
 }

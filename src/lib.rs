@@ -72,6 +72,15 @@ impl Writ {
         let signer = service::seal::signer(&self.ctx.config)
             .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?
             .map(std::sync::Arc::new);
+        let audit = &self.ctx.config.audit;
+        match (audit.retain_days, &audit.archive_dir) {
+            (Some(_), None) => {
+                anyhow::bail!("refusing to start: audit.retain_days needs audit.archive_dir")
+            }
+            (Some(_), Some(dir)) => std::fs::create_dir_all(dir)
+                .map_err(|e| anyhow::anyhow!("refusing to start: audit.archive_dir {dir}: {e}"))?,
+            _ => {}
+        }
         let deliveries = tokio::spawn(service::webhooks::run(self.ctx.clone()));
         let sealer = tokio::spawn(service::seal::run(self.ctx.clone(), signer));
         let waiters = std::sync::Arc::clone(&self.ctx.waiters);

@@ -108,8 +108,23 @@ enum AuditCommand {
     /// naming the first seal and record that do not match. Changes nothing.
     Verify {
         /// Start at this seal (trusting the one before it).
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, conflicts_with = "archive")]
         from: i64,
+        /// Verify this archive file instead, offline; with --database-url
+        /// also check that its seals are that database's.
+        #[arg(long)]
+        archive: Option<PathBuf>,
+    },
+    /// Write the records of every seal not archived yet through
+    /// --through-seal to a file (JSON Lines, zstd), verify the file, then
+    /// delete those records from the database in one transaction.
+    Archive {
+        /// The last seal to archive.
+        #[arg(long)]
+        through_seal: i64,
+        /// The archive file to write (must not exist), e.g. audit-1-40.jsonl.zst.
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Seal every final record not sealed yet, now (what `writ serve` does
     /// every audit.seal_interval_seconds).
@@ -386,6 +401,7 @@ fn main() -> anyhow::Result<()> {
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let mut config = Config::load(cli.config.as_deref())?;
+    let database_given = cli.database_url.is_some();
     if let Some(url) = cli.database_url {
         config.database_url = url;
     }
@@ -438,7 +454,7 @@ async fn run() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Check => run_check(&config).await,
-        Command::Audit(cmd) => run_audit(config, cmd).await,
+        Command::Audit(cmd) => run_audit(config, cmd, database_given).await,
         Command::Report(args) => {
             let writ = Writ::open(config).await?;
             let result = run_report(&writ, args).await;
@@ -627,7 +643,7 @@ async fn existing_store(config: &Config) -> anyhow::Result<writ::store::Store> {
     Ok(store)
 }
 
-async fn run_audit(config: Config, cmd: AuditCommand) -> anyhow::Result<()> {
+async fn run_audit(config: Config, cmd: AuditCommand, database_given: bool) -> anyhow::Result<()> {
     use writ::service::seal;
     match cmd {
         AuditCommand::NewKey { out } => {
@@ -652,7 +668,32 @@ async fn run_audit(config: Config, cmd: AuditCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        AuditCommand::Verify { from } => {
+        AuditCommand::Verify {
+            archive: Some(file),
+            ..
+        } => verify_archive(&config, &file, database_given).await,
+        AuditCommand::Archive { through_seal, out } => {
+            let writ = Writ::open(config).await?;
+            let archived =
+                writ::service::archive::archive(writ.ctx(), through_seal, &out, "cli").await;
+            writ.close().await;
+            let a = archived?.row;
+            println!(
+                "archived seals {}..={} ({} records) to {} ({} bytes, sha256 {}), verified,                  and deleted them from the database (archive {})",
+                a.first_seal,
+                a.through_seal,
+                a.record_count,
+                out.display(),
+                a.file_bytes,
+                a.file_sha256,
+                a.seq
+            );
+            Ok(())
+        }
+        AuditCommand::Verify {
+            from,
+            archive: None,
+        } => {
             let store = existing_store(&config).await?;
             let verified = seal::verify(&store, from).await;
             store.close().await;
@@ -664,8 +705,12 @@ async fn run_audit(config: Config, cmd: AuditCommand) -> anyhow::Result<()> {
             };
             match verified.mismatch {
                 None => {
+                    let archived = match verified.archived_seals {
+                        0 => String::new(),
+                        n => format!(" ({n} archived)"),
+                    };
                     println!(
-                        "ok: {} seals, {} records verified",
+                        "ok: {} seals{archived}, {} records verified",
                         verified.seals, verified.records
                     );
                     Ok(())
@@ -684,6 +729,47 @@ async fn run_audit(config: Config, cmd: AuditCommand) -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// `writ audit verify --archive FILE`: the file against its own seals,
+/// then (with --database-url) against the database's.
+async fn verify_archive(
+    config: &Config,
+    file: &std::path::Path,
+    database_given: bool,
+) -> anyhow::Result<()> {
+    use writ::service::archive;
+    let (checked, digest) = archive::check_file(file)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+    let checked = match checked {
+        Ok(c) => c,
+        Err(finding) => {
+            println!("FAIL {finding}");
+            anyhow::bail!("the archive {} does not verify", file.display());
+        }
+    };
+    let h = &checked.header;
+    let mut said = format!(
+        "ok: archive {} holds seals {}..={} ({} records), sha256 {}, {} bytes",
+        file.display(),
+        h.first_seal,
+        h.through_seal,
+        checked.records,
+        digest.sha256,
+        digest.bytes
+    );
+    if database_given {
+        let store = existing_store(config).await?;
+        let compared = archive::compare(&store, &checked, &digest).await;
+        store.close().await;
+        if let Some(finding) = compared? {
+            println!("FAIL {finding}");
+            anyhow::bail!("the archive {} is not the database's", file.display());
+        }
+        said.push_str("; its seals are the database's");
+    }
+    println!("{said}");
+    Ok(())
 }
 
 async fn run_check(config: &Config) -> anyhow::Result<()> {

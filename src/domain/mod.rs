@@ -2,6 +2,7 @@
 
 pub mod access;
 pub mod admission;
+pub mod archive;
 pub mod events;
 pub mod grant;
 pub mod ids;

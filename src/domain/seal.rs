@@ -233,6 +233,60 @@ pub fn verify_signature(public_key: &[u8; 32], seal_hash: &Hash, signature: &[u8
     })
 }
 
+/// The seal before the one checked: its number, last position and hash.
+#[derive(Debug, Clone, Copy)]
+pub struct Prev<'a> {
+    pub seq: i64,
+    pub last: i64,
+    pub seal_hash: &'a str,
+}
+
+/// What is wrong with a seal's own fields, if anything: its number after
+/// `prev` (`None`: it is the first seal), its `seal_hash`, its link to
+/// `prev`, its positions, and its signature, checked with the hex public
+/// key that `key` lists under its key id. Its leaves are the caller's.
+pub fn seal_problem(
+    prev: Option<Prev<'_>>,
+    fields: &SealFields,
+    seal_hash: &str,
+    signature: Option<&str>,
+    key: impl Fn(&str) -> Option<String>,
+) -> Option<String> {
+    let expected_seq = prev.map_or(1, |p| p.seq + 1);
+    if fields.seq != expected_seq {
+        return Some(format!("seal {expected_seq} is missing"));
+    }
+    if hex::encode(fields.hash()) != seal_hash {
+        return Some("its seal_hash is not the hash of its fields".into());
+    }
+    if fields.prev_seal_hash.as_deref() != prev.map(|p| p.seal_hash) {
+        return Some("its prev_seal_hash is not the previous seal's hash".into());
+    }
+    let first = prev.map_or(1, |p| p.last + 1);
+    if fields.first != first || fields.count < 1 || fields.last != first + fields.count - 1 {
+        return Some("its positions or counts do not follow the previous seal".into());
+    }
+    let (key_id, signature) = match (&fields.key_id, signature) {
+        (None, None) => return None,
+        (Some(key_id), Some(signature)) => (key_id, signature),
+        _ => return Some("it has a key id without a signature, or one without the other".into()),
+    };
+    let Some(public) = key(key_id) else {
+        return Some(format!("its key {key_id} is not listed"));
+    };
+    let public: Option<[u8; 32]> = hex::decode(public).ok().and_then(|b| b.try_into().ok());
+    let signature: Option<[u8; 64]> = hex::decode(signature).ok().and_then(|b| b.try_into().ok());
+    let hash: Option<Hash> = hex::decode(seal_hash).ok().and_then(|b| b.try_into().ok());
+    match (public, signature, hash) {
+        (Some(public), Some(signature), Some(hash))
+            if verify_signature(&public, &hash, &signature) =>
+        {
+            None
+        }
+        _ => Some(format!("its signature does not verify with key {key_id}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@ pub mod access;
 pub mod admin;
 pub mod admission;
 pub mod agent;
+pub mod archive;
 pub mod audit;
 pub mod auth;
 pub mod backup;

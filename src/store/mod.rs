@@ -3,6 +3,7 @@
 //! from the database URL; rows decode through `sqlx::FromRow` on both.
 
 pub mod admission;
+pub mod archive;
 pub mod audit;
 pub mod backup;
 pub mod batch;

@@ -327,6 +327,22 @@ pub async fn seal(tx: &mut Tx, seq: i64) -> StoreResult<Option<SealRow>> {
     tx.fetch_optional(&q).await
 }
 
+/// The last seal made before `cutoff` (a timestamp's text) among seals
+/// `..=max_seq`.
+pub async fn sealed_before(
+    tx: &mut Tx,
+    cutoff: &str,
+    max_seq: i64,
+) -> StoreResult<Option<SealRow>> {
+    let q = select_seals(tx.backend())
+        .and_where(Expr::col(AuditSeals::Seq).lte(max_seq))
+        .and_where(Expr::col(AuditSeals::SealedAt).lt(cutoff))
+        .order_by(AuditSeals::Seq, Order::Desc)
+        .limit(1)
+        .to_owned();
+    tx.fetch_optional(&q).await
+}
+
 /// The first seal whose cursor is at or after `at`: the seal that covers
 /// the record at `at`, if it is sealed.
 pub async fn covering(tx: &mut Tx, at: Cursor) -> StoreResult<Option<SealRow>> {

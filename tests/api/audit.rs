@@ -16,7 +16,7 @@ use crate::world::{World, new_key};
 use writ::domain::seal::{self, Hash};
 
 /// A fresh signing key file for this test.
-fn key_file() -> PathBuf {
+pub(crate) fn key_file() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("writ-audit-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).expect("scratch directory");
     let path = dir.join("seal.key");
@@ -25,13 +25,13 @@ fn key_file() -> PathBuf {
 }
 
 /// No background sealing (the test seals when it means to), seals signed.
-fn manual_signed(config: &mut writ::Config) {
+pub(crate) fn manual_signed(config: &mut writ::Config) {
     config.audit.seal = false;
     config.audit.signing_key_file = Some(key_file().display().to_string());
 }
 
 /// Seals everything final now, as the sealer of `writ serve` does.
-async fn seal_now(app: &TestApp) -> Vec<writ::service::seal::Sealed> {
+pub(crate) async fn seal_now(app: &TestApp) -> Vec<writ::service::seal::Sealed> {
     let ctx = app.writ().ctx();
     let signer = writ::service::seal::signer(&ctx.config).expect("signer");
     writ::service::seal::seal_all(ctx, signer.as_ref())
@@ -40,7 +40,7 @@ async fn seal_now(app: &TestApp) -> Vec<writ::service::seal::Sealed> {
 }
 
 /// Records sealed, and records in all.
-async fn sealed_of_all(db: &mut SqlConn) -> (i64, i64) {
+pub(crate) async fn sealed_of_all(db: &mut SqlConn) -> (i64, i64) {
     let row = db
         .text_rows(
             "SELECT CAST((SELECT coalesce(sum(record_count), 0) FROM audit_seals) AS TEXT), \
@@ -56,7 +56,7 @@ async fn sealed_of_all(db: &mut SqlConn) -> (i64, i64) {
 /// record is sealed only once every transaction older than its own has
 /// ended, in any database of the server (other tests run beside this
 /// one), so a round may leave the newest for the next.
-async fn seal_through(app: &TestApp, db: &mut SqlConn, records: i64) {
+pub(crate) async fn seal_through(app: &TestApp, db: &mut SqlConn, records: i64) {
     for _ in 0..200 {
         seal_now(app).await;
         if sealed_of_all(db).await.0 >= records {
@@ -68,13 +68,13 @@ async fn seal_through(app: &TestApp, db: &mut SqlConn, records: i64) {
 }
 
 /// Seals every record written so far.
-async fn seal_everything(app: &TestApp, db: &mut SqlConn) {
+pub(crate) async fn seal_everything(app: &TestApp, db: &mut SqlConn) {
     let all = sealed_of_all(db).await.1;
     seal_through(app, db, all).await;
 }
 
 /// Records of calls: bot reads and submissions, a refused one among them.
-async fn some_calls(world: &World<'_>, n: usize) {
+pub(crate) async fn some_calls(world: &World<'_>, n: usize) {
     let id = world
         .active(&format!("sealed work {}", uuid::Uuid::new_v4()))
         .await;
@@ -87,7 +87,7 @@ async fn some_calls(world: &World<'_>, n: usize) {
     world.read(999_999).await.assert_status(404);
 }
 
-async fn call_ids(db: &mut SqlConn) -> Vec<i64> {
+pub(crate) async fn call_ids(db: &mut SqlConn) -> Vec<i64> {
     db.text_rows("SELECT CAST(id AS TEXT) AS id_text FROM tool_calls ORDER BY tool_calls.id")
         .await
         .into_iter()
@@ -251,7 +251,7 @@ async fn every_record_is_sealed_once_and_proves(app: TestApp) {
 }
 
 /// Runs `cmd` to its end: whether it succeeded, and what it printed.
-async fn finished(mut cmd: tokio::process::Command) -> (bool, String) {
+pub(crate) async fn finished(mut cmd: tokio::process::Command) -> (bool, String) {
     let out: Output = cmd.output().await.expect("run the command");
     let text = format!(
         "{}{}",
@@ -262,14 +262,14 @@ async fn finished(mut cmd: tokio::process::Command) -> (bool, String) {
 }
 
 /// Runs `writ ARGS` on the database `url`.
-async fn writ(url: &str, args: &[&str]) -> (bool, String) {
+pub(crate) async fn writ(url: &str, args: &[&str]) -> (bool, String) {
     let mut cmd = crate::helpers::writ_command(url, args);
     cmd.env("RUST_BACKTRACE", "0");
     finished(cmd).await
 }
 
 /// Runs `writ audit verify` on the app's database.
-async fn verify(url: &str) -> (bool, String) {
+pub(crate) async fn verify(url: &str) -> (bool, String) {
     writ(url, &["audit", "verify"]).await
 }
 
@@ -312,6 +312,7 @@ async fn verify_names_the_seal_and_record_of_each_tampering(app: TestApp) {
              CREATE TABLE saved_triggers AS SELECT sql FROM sqlite_master \
                WHERE type = 'trigger' AND tbl_name IN ('tool_calls', 'audit_seals'); \
              DROP TRIGGER tool_calls_no_update; DROP TRIGGER tool_calls_no_delete; \
+             DROP TRIGGER tool_calls_newest_stays; \
              DROP TRIGGER tool_calls_sealed; DROP TRIGGER audit_seals_no_update; \
              DROP TRIGGER audit_seals_no_delete;",
             "",
@@ -542,7 +543,7 @@ async fn sealing_under_load_seals_each_record_exactly_once(app: TestApp) {
 /// The interpreter of the venv with `cryptography`, from
 /// `WRIT_TEST_AUDIT_PYTHON`; `None` (the test is skipped) when unset,
 /// unless `WRIT_TEST_REQUIRE_AUDIT_PYTHON` is set.
-fn python() -> Option<String> {
+pub(crate) fn python() -> Option<String> {
     match std::env::var("WRIT_TEST_AUDIT_PYTHON") {
         Ok(p) if !p.is_empty() => Some(p),
         _ => {
@@ -558,7 +559,7 @@ fn python() -> Option<String> {
 
 /// Runs tests/audit_python/verify_seals.py with `args`: whether it passed,
 /// and what it printed.
-async fn independent(python: &str, args: &[&str]) -> (bool, String) {
+pub(crate) async fn independent(python: &str, args: &[&str]) -> (bool, String) {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/audit_python/verify_seals.py"

@@ -55,6 +55,7 @@ mod world;
 mod access;
 mod admission;
 mod agent;
+mod archive;
 mod audit;
 mod backup;
 mod bad_input;

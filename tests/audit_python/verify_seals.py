@@ -8,6 +8,7 @@ reference vectors first, and Ed25519 is the `cryptography` package's.
 Usage: verify_seals.py BASE_URL ADMIN_TOKEN CALL_ID...
        verify_seals.py --proof-file FILE   (a proof as the route returns it,
                                            with "keys": the keys route's list)
+       verify_seals.py --archive FILE      (a `writ audit archive` file)
 
 For each call it fetches the inclusion proof
 (GET /api/v1/admin/audit/calls/{id}/proof) and the signing keys
@@ -17,12 +18,20 @@ seal_hash is SHA-256(JCS(the seal's fields)); the signature is the listed
 key's Ed25519 signature of the raw seal_hash. Seals met more than once must
 agree, and a seal whose predecessor was met must chain to it. Prints "ok"
 and exits 0, or names what failed and exits 1.
+
+With --archive it reads the whole archive (zstd, by the `zstandard`
+package; JSON Lines) and checks: a header first, the keys listed by their
+ids, each seal's records in its call_ids order, their leaves making its
+merkle_root, its seal_hash and signature, each seal chaining to the one
+before, and the end line with the header's counts (a file cut short fails).
 """
 
 import hashlib
 import json
 import sys
 import urllib.request
+
+import zstandard
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -177,6 +186,85 @@ def check_proof(proof, keys, seals):
     return None
 
 
+def check_archive(path):
+    """Checks a whole archive file; returns (what failed or None, summary)."""
+    keys, prev, seal, leaves, seals, records = {}, None, None, [], 0, 0
+    header = end = None
+
+    def close():
+        nonlocal prev, seal, leaves, seals
+        if seal is None:
+            return None
+        if len(leaves) != seal["count"]:
+            return "seal %s: the archive ends before record %s" % (seal["seq"], seal["call_ids"][len(leaves)])
+        if merkle_root(leaves).hex() != seal["merkle_root"]:
+            return "seal %s: its records do not make its merkle_root" % seal["seq"]
+        prev, seal, leaves, seals = seal, None, [], seals + 1
+        return None
+
+    try:
+        with open(path, "rb") as f:
+            text = zstandard.ZstdDecompressor().stream_reader(f).read().decode("utf-8")
+    except zstandard.ZstdError as e:
+        return "the archive does not decompress (%s): it is truncated or not an archive" % e, None
+    lines = text.split("\n")
+    if lines[-1] != "":
+        return "the archive's last line is cut short: it is truncated", None
+    for raw in lines[:-1]:
+        line = json.loads(raw)
+        (kind, value), = line.items()
+        if end is not None:
+            return "a line after the end line", None
+        if kind == "header":
+            if header is not None or value["format"] != "writ-audit-archive" or value["v"] != 1:
+                return "not a writ-audit-archive of version 1", None
+            header = value
+        elif kind == "key":
+            public = bytes.fromhex(value["public_key"])
+            if hashlib.sha256(public).hexdigest()[:16] != value["key_id"]:
+                return "key %s is not the id of its public key" % value["key_id"], None
+            keys[value["key_id"]] = value["public_key"]
+        elif kind == "seal":
+            problem = close()
+            if problem:
+                return problem, None
+            fields = {k: value[k] for k in SEAL_FIELDS}
+            if hashlib.sha256(jcs(fields).encode("utf-8")).hexdigest() != value["seal_hash"]:
+                return "seal %s: seal_hash is not SHA-256(JCS(fields))" % value["seq"], None
+            if prev is not None and (value["prev_seal_hash"] != prev["seal_hash"]
+                                     or value["seq"] != prev["seq"] + 1
+                                     or value["first"] != prev["last"] + 1):
+                return "seal %s: does not chain to seal %s" % (value["seq"], prev["seq"]), None
+            if value["key_id"] is not None:
+                try:
+                    Ed25519PublicKey.from_public_bytes(bytes.fromhex(keys[value["key_id"]])).verify(
+                        bytes.fromhex(value["signature"] or ""), bytes.fromhex(value["seal_hash"]))
+                except (InvalidSignature, ValueError, KeyError):
+                    return "seal %s: the signature does not verify" % value["seq"], None
+            seal = value
+        elif kind == "record":
+            if seal is None or len(leaves) >= seal["count"]:
+                return "a record outside its seal's count", None
+            if value.get("call_id") != seal["call_ids"][len(leaves)]:
+                return "seal %s: record %s is missing or out of place" % (
+                    seal["seq"], seal["call_ids"][len(leaves)]), None
+            leaves.append(leaf_hash(jcs(value).encode("utf-8")))
+            records += 1
+        elif kind == "end":
+            problem = close()
+            if problem:
+                return problem, None
+            end = value
+        else:
+            return "an unknown line: %s" % kind, None
+    if header is None or end is None:
+        problem = close() if seal is not None and len(leaves) < seal["count"] else None
+        return problem or "the archive ends before its end line: it is truncated", None
+    if (end["seals"], end["records"]) != (seals, records) or (header["seals"], header["records"]) != (seals, records):
+        return "the counts of its header or end line are not what it holds", None
+    return None, "%d records in %d seals (%s..=%s)" % (records, seals, header["first_seal"], header["through_seal"])
+
+
 def get(base, token, path):
     request = urllib.request.Request(base + path)
     if token:
@@ -187,6 +275,13 @@ def get(base, token, path):
 
 def main(argv):
     check_vectors()
+    if argv[:1] == ["--archive"]:
+        problem, summary = check_archive(argv[1])
+        if problem is not None:
+            print("FAIL " + problem)
+            return 1
+        print("ok: archive of " + summary)
+        return 0
     if argv[:1] == ["--proof-file"]:
         with open(argv[1], encoding="utf-8") as f:
             given = json.load(f)

@@ -88,9 +88,10 @@ async fn audit_records_survive_migration_0010(app: TestApp) {
     assert_eq!(col(&rows[2], "agent_login"), Some(BOT));
     assert_eq!(col(&rows[2], "native_status"), Some("200"));
 
-    // Still append-only, and the view reads every record.
+    // Still append-only (records leave only through an archive), and the
+    // view reads every record.
     let refused = conn.execute("DELETE FROM tool_calls WHERE id = 1").await;
-    assert!(refused.unwrap_err().contains("never deleted"));
+    assert!(refused.unwrap_err().contains("deleted only by the archive"));
     // (The sealer may have sealed the record already: then that trigger
     // refuses first.)
     let refused = conn
