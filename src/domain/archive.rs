@@ -50,37 +50,15 @@ pub struct Key {
     pub public_key: String,
 }
 
-/// A seal with the ids of its records, in sealing order.
+/// A seal (the fields its hash covers, its hash and signature) with the
+/// ids of its records, in sealing order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Seal {
-    pub seq: i64,
-    pub first: i64,
-    pub last: i64,
-    pub count: i64,
-    pub merkle_root: String,
-    pub prev_seal_hash: Option<String>,
-    pub sealed_at: String,
-    pub key_id: Option<String>,
+    #[serde(flatten)]
+    pub fields: SealFields,
     pub seal_hash: String,
     pub signature: Option<String>,
     pub call_ids: Vec<i64>,
-}
-
-impl Seal {
-    /// The fields its `seal_hash` covers.
-    pub fn fields(&self) -> SealFields {
-        SealFields {
-            seq: self.seq,
-            first: self.first,
-            last: self.last,
-            count: self.count,
-            merkle_root: self.merkle_root.clone(),
-            prev_seal_hash: self.prev_seal_hash.clone(),
-            sealed_at: self.sealed_at.clone(),
-            key_id: self.key_id.clone(),
-        }
-    }
 }
 
 /// The last line: what the archive holds, so a file cut short is seen.
@@ -174,8 +152,8 @@ impl Checker {
             seal: self
                 .open
                 .as_ref()
-                .map(|(s, _)| s.seq)
-                .or(self.prev.as_ref().map(|s| s.seq)),
+                .map(|(s, _)| s.fields.seq)
+                .or(self.prev.as_ref().map(|s| s.fields.seq)),
             call_id,
             problem: problem.into(),
         }
@@ -241,32 +219,35 @@ impl Checker {
         };
         let link = match &self.prev {
             Some(p) => Some(Prev {
-                seq: p.seq,
-                last: p.last,
+                seq: p.fields.seq,
+                last: p.fields.last,
                 seal_hash: &p.seal_hash,
             }),
-            None if s.seq != header.first_seal => {
+            None if s.fields.seq != header.first_seal => {
                 return Err(self.at(
                     None,
-                    format!("its first seal is {}, not {}", s.seq, header.first_seal),
+                    format!(
+                        "its first seal is {}, not {}",
+                        s.fields.seq, header.first_seal
+                    ),
                 ));
             }
             // The first seal links to one outside the archive.
-            None => s.prev_seal_hash.as_deref().map(|hash| Prev {
-                seq: s.seq - 1,
-                last: s.first - 1,
+            None => s.fields.prev_seal_hash.as_deref().map(|hash| Prev {
+                seq: s.fields.seq - 1,
+                last: s.fields.first - 1,
                 seal_hash: hash,
             }),
         };
         let problem = seal::seal_problem(
             link,
-            &s.fields(),
+            &s.fields,
             &s.seal_hash,
             s.signature.as_deref(),
             |id| self.keys.get(id).map(|k| k.public_key.clone()),
         );
-        let seq = s.seq;
-        let count = s.count;
+        let seq = s.fields.seq;
+        let count = s.fields.count;
         let ids = s.call_ids.len();
         self.open = Some((s, Vec::new()));
         if let Some(problem) = problem {
@@ -284,7 +265,7 @@ impl Checker {
             return Err(self.at(None, "a record outside any seal"));
         };
         let Some(expected) = expected else {
-            let seq = seal.seq;
+            let seq = seal.fields.seq;
             return Err(self.at(None, format!("seal {seq} has more records than it counts")));
         };
         if r.get("call_id").and_then(serde_json::Value::as_i64) != Some(expected) {
@@ -305,8 +286,8 @@ impl Checker {
             self.open = Some((seal, leaves));
             return Err(self.at(Some(missing), "the archive ends before this record"));
         }
-        if hex::encode(seal::merkle_root(&leaves)) != seal.merkle_root {
-            let seq = seal.seq;
+        if hex::encode(seal::merkle_root(&leaves)) != seal.fields.merkle_root {
+            let seq = seal.fields.seq;
             self.open = Some((seal, leaves));
             return Err(Finding {
                 seal: Some(seq),
@@ -314,7 +295,7 @@ impl Checker {
                 problem: "its records do not make its merkle_root (a record was changed)".into(),
             });
         }
-        self.seals.push((seal.seq, seal.seal_hash.clone()));
+        self.seals.push((seal.fields.seq, seal.seal_hash.clone()));
         self.prev = Some(seal);
         Ok(())
     }
@@ -324,7 +305,7 @@ impl Checker {
         let Some(header) = &self.header else {
             return Err(self.at(None, "the archive does not start with its header"));
         };
-        let through = self.prev.as_ref().map(|s| s.seq);
+        let through = self.prev.as_ref().map(|s| s.fields.seq);
         if e.seals != header.seals
             || e.records != header.records
             || self.seals.len() as i64 != header.seals
@@ -418,14 +399,7 @@ mod tests {
             );
             let hash = f.hash();
             lines.push(Line::Seal(Seal {
-                seq: f.seq,
-                first: f.first,
-                last: f.last,
-                count: f.count,
-                merkle_root: f.merkle_root.clone(),
-                prev_seal_hash: f.prev_seal_hash.clone(),
-                sealed_at: f.sealed_at.clone(),
-                key_id: f.key_id.clone(),
+                fields: f.clone(),
                 seal_hash: hex::encode(hash),
                 signature: Some(hex::encode(seal::sign(&seed, &hash))),
                 call_ids: chunk

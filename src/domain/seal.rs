@@ -4,7 +4,7 @@
 //! seal to the one before. Pure functions; the sealer, the verifier and
 //! the proof route build on them.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::time::Timestamp;
@@ -147,7 +147,7 @@ impl Leaf {
 /// excluded): positions `first..=last` of the sealing order, their count
 /// and Merkle root, the previous seal's hash (`None` for the first seal),
 /// when, and the signing key's id if one signs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SealFields {
     pub seq: i64,
     pub first: i64,

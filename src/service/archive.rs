@@ -248,20 +248,12 @@ async fn write_lines(
                     seal.seq
                 )));
             }
-            let view = super::seal::SealView::of(&seal);
             push(
                 &mut buf,
                 Line::Seal(format::Seal {
-                    seq: view.seq,
-                    first: view.first,
-                    last: view.last,
-                    count: view.count,
-                    merkle_root: view.merkle_root,
-                    prev_seal_hash: view.prev_seal_hash,
-                    sealed_at: view.sealed_at,
-                    key_id: view.key_id,
-                    seal_hash: view.seal_hash,
-                    signature: view.signature,
+                    fields: super::seal::fields_of(&seal),
+                    seal_hash: seal.seal_hash.clone(),
+                    signature: seal.signature.clone(),
                     call_ids: ids,
                 }),
             );

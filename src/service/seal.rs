@@ -484,8 +484,7 @@ pub struct SealView {
 }
 
 impl SealView {
-    /// The API's view of a stored seal.
-    pub fn of(s: &SealRow) -> SealView {
+    fn of(s: &SealRow) -> SealView {
         let f = fields_of(s);
         SealView {
             seq: f.seq,
@@ -503,7 +502,7 @@ impl SealView {
 }
 
 /// The fields of a stored seal that its hash covers.
-fn fields_of(s: &SealRow) -> SealFields {
+pub fn fields_of(s: &SealRow) -> SealFields {
     SealFields {
         seq: s.seq,
         first: s.first_position,
