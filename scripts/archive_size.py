@@ -105,7 +105,7 @@ def pg_records(url, n):
          "CASE i % 10 WHEN 0 THEN 403 ELSE 200 END, NULL, "
          "to_char(timestamp '2026-12-01' + i * interval '10 milliseconds' + interval '900 microseconds', "
          "  'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
-         "FROM generate_series(1, %d) i" % n)
+         "FROM generate_series(1, " + str(n) + ") i")
 
 
 def pg_sizes(url):

@@ -679,7 +679,8 @@ async fn run_audit(config: Config, cmd: AuditCommand, database_given: bool) -> a
             writ.close().await;
             let a = archived?.row;
             println!(
-                "archived seals {}..={} ({} records) to {} ({} bytes, sha256 {}), verified,                  and deleted them from the database (archive {})",
+                "archived seals {}..={} ({} records) to {} ({} bytes, sha256 {}), verified, \
+                 and deleted them from the database (archive {})",
                 a.first_seal,
                 a.through_seal,
                 a.record_count,

@@ -2,7 +2,8 @@
 --
 -- `writ audit archive` writes the records of seals `first_seal..=through_seal`
 -- to a file, verifies it, and then in one transaction inserts a row here and
--- deletes those records. Rows are append-only. The delete trigger of
+-- deletes those records, and empties those seals' lists of record ids and
+-- leaf hashes (the archive holds them). Rows are append-only. The delete trigger of
 -- `tool_calls` lets a record go only when an archive row written by the
 -- same transaction (`xact_id`) covers its seal; it runs once per statement
 -- over the deleted rows. A transaction that fails leaves neither the row
@@ -59,6 +60,36 @@ $$ LANGUAGE plpgsql;
 CREATE CONSTRAINT TRIGGER audit_archives_complete AFTER INSERT ON audit_archives
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW EXECUTE FUNCTION audit_archives_complete();
+
+-- A seal stays, with every field its hash covers; its record ids and leaf
+-- hashes go with its records (they are in the archive): the archive's own
+-- transaction empties the two lists, and nothing else may change.
+CREATE FUNCTION audit_seals_archived_lists() RETURNS trigger AS $$
+BEGIN
+    IF NEW.call_ids = '[]' AND NEW.leaf_hashes = '[]'
+       AND (NEW.seq, NEW.first_position, NEW.last_position, NEW.record_count,
+            NEW.merkle_root, NEW.prev_seal_hash, NEW.sealed_at, NEW.key_id,
+            NEW.seal_hash, NEW.signature, NEW.last_xact, NEW.last_call_id)
+           IS NOT DISTINCT FROM
+           (OLD.seq, OLD.first_position, OLD.last_position, OLD.record_count,
+            OLD.merkle_root, OLD.prev_seal_hash, OLD.sealed_at, OLD.key_id,
+            OLD.seal_hash, OLD.signature, OLD.last_xact, OLD.last_call_id)
+       AND EXISTS (
+           SELECT 1 FROM audit_archives a
+           WHERE a.xact_id = pg_current_xact_id()
+             AND OLD.seq BETWEEN a.first_seal AND a.through_seal
+       ) THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'audit_seals rows are never changed or deleted';
+END;
+$$ LANGUAGE plpgsql;
+
+DROP TRIGGER audit_seals_no_change ON audit_seals;
+CREATE TRIGGER audit_seals_no_change BEFORE UPDATE ON audit_seals
+    FOR EACH ROW EXECUTE FUNCTION audit_seals_archived_lists();
+CREATE TRIGGER audit_seals_no_delete BEFORE DELETE ON audit_seals
+    FOR EACH ROW EXECUTE FUNCTION audit_append_only();
 
 CREATE FUNCTION tool_calls_archived_only() RETURNS trigger AS $$
 DECLARE

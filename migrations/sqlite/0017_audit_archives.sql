@@ -12,6 +12,10 @@
 -- that wrote an archive row deletes by it, and a transaction that fails
 -- leaves neither the row nor the deletes.
 --
+-- A seal's record ids and leaf hashes leave with its records (the archive
+-- holds them); every field its hash covers stays, so the chain stays
+-- verifiable.
+--
 -- Ids are never reused: a record's id is its table's largest id plus one,
 -- so the record holding the largest id is never deleted (an archive through
 -- the seal that holds the newest record waits for a newer one).
@@ -76,6 +80,33 @@ END;
 CREATE TRIGGER audit_archives_no_delete BEFORE DELETE ON audit_archives
 BEGIN
     SELECT RAISE(ABORT, 'audit_archives rows are never deleted');
+END;
+
+-- A seal stays, with every field its hash covers; its record ids and leaf
+-- hashes go with its records (they are in the archive): the archive's own
+-- transaction empties the two lists, and nothing else may change.
+DROP TRIGGER audit_seals_no_update;
+CREATE TRIGGER audit_seals_no_update BEFORE UPDATE ON audit_seals
+WHEN NOT (
+    NEW.call_ids = '[]' AND NEW.leaf_hashes = '[]'
+    AND NEW.seq IS OLD.seq
+    AND NEW.first_position IS OLD.first_position
+    AND NEW.last_position IS OLD.last_position
+    AND NEW.record_count IS OLD.record_count
+    AND NEW.merkle_root IS OLD.merkle_root
+    AND NEW.prev_seal_hash IS OLD.prev_seal_hash
+    AND NEW.sealed_at IS OLD.sealed_at
+    AND NEW.key_id IS OLD.key_id
+    AND NEW.seal_hash IS OLD.seal_hash
+    AND NEW.signature IS OLD.signature
+    AND NEW.last_call_id IS OLD.last_call_id
+    AND EXISTS (
+        SELECT 1 FROM audit_archives a
+        WHERE a.deleting = 1 AND OLD.seq BETWEEN a.first_seal AND a.through_seal
+    )
+)
+BEGIN
+    SELECT RAISE(ABORT, 'audit_seals rows are never changed');
 END;
 
 DROP TRIGGER tool_calls_no_delete;

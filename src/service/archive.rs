@@ -299,8 +299,10 @@ async fn check_written(path: &Path, written: Written) -> Result<(Checked, FileDi
     Ok((checked, digest))
 }
 
-/// Records the archive and deletes its records, in one transaction: the
-/// records in the seals' range must be exactly as many as were archived.
+/// Records the archive, deletes its records and empties its seals' lists
+/// of record ids and leaf hashes (the archive holds them), in one
+/// transaction: the records in the seals' range must be exactly as many as
+/// were archived.
 async fn delete(store: &Store, plan: &Plan, row: &ArchiveRow) -> Result<()> {
     for _ in 0..LEASE_TRIES {
         let mut tx = store.write().await?;
@@ -326,6 +328,7 @@ async fn delete(store: &Store, plan: &Plan, row: &ArchiveRow) -> Result<()> {
                 row.first_seal, row.through_seal, row.record_count
             )));
         }
+        seals::drop_lists(&mut tx, row.first_seal, row.through_seal).await?;
         store::close(&mut tx, row.seq).await?;
         tx.commit().await?;
         return Ok(());

@@ -405,6 +405,25 @@ async fn check_seal(
     ) else {
         return at(None, "its call ids or leaf hashes do not parse".into());
     };
+    let after = prev.map_or(Cursor::START, SealRow::cursor);
+    if archived {
+        // Its records, their ids and leaves are in an archive (`writ audit
+        // verify --archive`); none may be left in its range.
+        if !ids.is_empty() || !stored.is_empty() {
+            return at(
+                None,
+                "it is archived but still lists its records".into(),
+            );
+        }
+        return Ok(store::covered(tx, after, seal.cursor(), 1)
+            .await?
+            .first()
+            .map(|extra| Mismatch {
+                seal: seal.seq,
+                call_id: Some(extra.id),
+                problem: "a record is inside the range of an archived seal".into(),
+            }));
+    }
     let stored: Option<Vec<Hash>> = stored.iter().map(|h| decode_hash(h).ok()).collect();
     let Some(stored) = stored else {
         return at(None, "a stored leaf hash is not 32 bytes of hex".into());
@@ -420,18 +439,6 @@ async fn check_seal(
             None,
             "its stored leaf hashes do not make its merkle_root".into(),
         );
-    }
-    let after = prev.map_or(Cursor::START, SealRow::cursor);
-    if archived {
-        // Its records are in an archive (`writ audit verify --archive`).
-        return Ok(store::covered(tx, after, seal.cursor(), 1)
-            .await?
-            .first()
-            .map(|extra| Mismatch {
-                seal: seal.seq,
-                call_id: Some(extra.id),
-                problem: "a record is inside the range of an archived seal".into(),
-            }));
     }
     let records =
         store::covered(tx, after, seal.cursor(), SEGMENT.max(ids.len() as u64) + 1).await?;

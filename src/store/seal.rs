@@ -405,6 +405,20 @@ pub async fn insert(tx: &mut Tx, seal: &SealRow) -> StoreResult<()> {
     tx.execute(&q).await.map(drop)
 }
 
+/// Empties the record ids and leaf hashes of seals `first..=through`
+/// (their records are archived); returns how many seals.
+pub async fn drop_lists(tx: &mut Tx, first: i64, through: i64) -> StoreResult<u64> {
+    use AuditSeals as S;
+    let q = Query::update()
+        .table(S::Table)
+        .value(S::CallIds, "[]")
+        .value(S::LeafHashes, "[]")
+        .and_where(Expr::col(S::Seq).gte(first))
+        .and_where(Expr::col(S::Seq).lte(through))
+        .to_owned();
+    tx.execute(&q).await
+}
+
 /// A signing key as listed.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize, serde::Serialize)]
 pub struct KeyRow {

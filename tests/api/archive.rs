@@ -241,6 +241,24 @@ async fn an_archive_deletes_only_what_it_verified_and_verifies_offline(app: Test
         count(&mut db, "SELECT count(*) FROM tool_calls").await,
         all - archived
     );
+    // The seals stay; their lists of record ids and leaf hashes went with
+    // the records, and nothing else may change them.
+    let lists = db
+        .text_rows("SELECT call_ids, leaf_hashes FROM audit_seals ORDER BY seq")
+        .await;
+    assert_eq!(lists.len(), sealed.len());
+    for (i, row) in lists.iter().enumerate() {
+        let emptied = row.iter().all(|v| v.as_deref() == Some("[]"));
+        assert_eq!(emptied, i < 2, "seal {}: {row:?}", i + 1);
+    }
+    for change in [
+        "UPDATE audit_seals SET call_ids = '[]', leaf_hashes = '[]' WHERE seq = 3",
+        "UPDATE audit_seals SET sealed_at = 'x' WHERE seq = 1",
+        "DELETE FROM audit_seals WHERE seq = 1",
+    ] {
+        let refused = db.execute(change).await.expect_err(change);
+        assert!(refused.contains("audit_seals rows are never"), "{change}: {refused}");
+    }
 
     // The database verifies without them; an archived record has no proof.
     let (ok, text) = verify(&url).await;
