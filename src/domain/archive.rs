@@ -159,6 +159,11 @@ impl Checker {
         }
     }
 
+    /// Whether the end line was read.
+    pub fn ended(&self) -> bool {
+        self.end.is_some()
+    }
+
     /// Takes the next line (without its newline).
     pub fn line(&mut self, text: &str) -> Result<(), Finding> {
         if self.end.is_some() {

@@ -8,7 +8,7 @@
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 
-use sha2::Sha256;
+use sha2::{Digest as _, Sha256};
 
 use super::{Ctx, Error, Result};
 use crate::domain::archive::{self as format, Checked, Checker, Finding, Line};
@@ -55,8 +55,9 @@ pub async fn archive(ctx: &Ctx, through_seal: i64, out: &Path, by: &str) -> Resu
             return Err(e);
         }
     };
-    // No-clobber rename: the link fails if `out` appeared meanwhile.
-    let placed = std::fs::hard_link(&partial, out);
+    // No-clobber rename: the link fails if `out` appeared meanwhile. The
+    // directory is flushed so the name is on disk before any record goes.
+    let placed = std::fs::hard_link(&partial, out).and_then(|()| sync_dir(out));
     let _ = std::fs::remove_file(&partial);
     placed.map_err(|e| Error::Invalid(format!("cannot write {}: {e}", out.display())))?;
     let row = ArchiveRow {
@@ -82,10 +83,32 @@ pub async fn archive(ctx: &Ctx, through_seal: i64, out: &Path, by: &str) -> Resu
             })
         }
         Err(e) => {
-            let _ = std::fs::remove_file(out);
-            Err(e)
+            // The commit may have happened though its answer was lost: the
+            // file goes only when the database surely has no row for it.
+            let mut tx = ctx.store.read().await?;
+            let recorded = store::covering(&mut tx, row.first_seal).await?;
+            tx.commit().await?;
+            match recorded {
+                Some(r) if r.file_sha256 == row.file_sha256 => Ok(Archived {
+                    row,
+                    path: out.to_owned(),
+                }),
+                _ => {
+                    let _ = std::fs::remove_file(out);
+                    Err(e)
+                }
+            }
         }
     }
+}
+
+/// Flushes the directory holding `path`, so a new name in it is durable.
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// `FILE.partial`: where an archive is written until it is checked.
@@ -366,6 +389,16 @@ pub fn check_file(
             Ok(n) if n == 0 || line.last() != Some(&b'\n') => break,
             Ok(_) => {}
             // Compressed data cut short, or not zstd.
+            Err(_) if checker.ended() => {
+                let finding = Finding {
+                    seal: None,
+                    call_id: None,
+                    problem: "the file goes on after its end line with bytes that do not \
+                              decompress"
+                        .into(),
+                };
+                return Ok((Err(finding), digest));
+            }
             Err(_) => break,
         }
         let text = String::from_utf8_lossy(&line[..line.len() - 1]);
@@ -378,7 +411,7 @@ pub fn check_file(
 
 fn digest_of(path: &Path) -> std::io::Result<FileDigest> {
     let mut file = std::fs::File::open(path)?;
-    let mut hash = <Sha256 as sha2::Digest>::new();
+    let mut hash = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut bytes = 0u64;
     loop {
@@ -386,11 +419,11 @@ fn digest_of(path: &Path) -> std::io::Result<FileDigest> {
         if n == 0 {
             break;
         }
-        sha2::Digest::update(&mut hash, &buf[..n]);
+        hash.update(&buf[..n]);
         bytes += n as u64;
     }
     Ok(FileDigest {
-        sha256: hex::encode(sha2::Digest::finalize(hash)),
+        sha256: hex::encode(hash.finalize()),
         bytes,
     })
 }

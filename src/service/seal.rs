@@ -410,10 +410,7 @@ async fn check_seal(
         // Its records, their ids and leaves are in an archive (`writ audit
         // verify --archive`); none may be left in its range.
         if !ids.is_empty() || !stored.is_empty() {
-            return at(
-                None,
-                "it is archived but still lists its records".into(),
-            );
+            return at(None, "it is archived but still lists its records".into());
         }
         return Ok(store::covered(tx, after, seal.cursor(), 1)
             .await?

@@ -257,7 +257,10 @@ async fn an_archive_deletes_only_what_it_verified_and_verifies_offline(app: Test
         "DELETE FROM audit_seals WHERE seq = 1",
     ] {
         let refused = db.execute(change).await.expect_err(change);
-        assert!(refused.contains("audit_seals rows are never"), "{change}: {refused}");
+        assert!(
+            refused.contains("audit_seals rows are never"),
+            "{change}: {refused}"
+        );
     }
 
     // The database verifies without them; an archived record has no proof.
@@ -419,6 +422,15 @@ async fn an_archive_deletes_only_what_it_verified_and_verifies_offline(app: Test
             assert!(!ok && text.contains("FAIL"), "{what}: {text}");
         }
     }
+    let trailing = dir.join("trailing.jsonl.zst");
+    let mut with_tail = bytes.clone();
+    with_tail.extend_from_slice(b"not zstd");
+    std::fs::write(&trailing, &with_tail).expect("write");
+    let (ok, text) = verify_archive(&trailing).await;
+    assert!(
+        !ok && text.contains("FAIL archive: the file goes on after its end line"),
+        "{text}"
+    );
     // The same lines compressed otherwise hold offline, but not against
     // the database: the file is not the one it archived.
     let rewritten = dir.join("rewritten.jsonl.zst");
