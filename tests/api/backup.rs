@@ -168,6 +168,11 @@ async fn a_backup_under_load_restores_every_acknowledged_receipt(app: TestApp) {
     assert!(text(&out).contains("integrity_check ok"), "{}", text(&out));
     let all: BTreeSet<(i64, String)> = acked.lock().unwrap().iter().cloned().collect();
     assert_eq!(all.len(), 20);
+    eprintln!(
+        "{} receipts acknowledged before the backup began, 20 in all; {}",
+        before.len(),
+        text(&out).trim()
+    );
     assert!(!dir.join("writ-backup.db.partial").exists());
 
     // A second backup to the same file is refused; the first stays.
