@@ -204,9 +204,7 @@ impl Checker {
         if self.header.is_none() || self.open.is_some() || self.prev.is_some() {
             return Err(self.at(None, "a key line out of place"));
         }
-        let public: Option<[u8; 32]> = hex::decode(&k.public_key)
-            .ok()
-            .and_then(|b| b.try_into().ok());
+        let public: Option<[u8; 32]> = seal::from_hex(&k.public_key);
         if k.algorithm != "ed25519" || public.is_none_or(|p| seal::key_id(&p) != k.key_id) {
             return Err(self.at(
                 None,

@@ -233,6 +233,12 @@ pub fn verify_signature(public_key: &[u8; 32], seal_hash: &Hash, signature: &[u8
     })
 }
 
+/// `N` bytes written as hex (a hash, key or signature), or `None` when the
+/// text is not exactly that.
+pub fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    hex::decode(text).ok()?.try_into().ok()
+}
+
 /// The seal before the one checked: its number, last position and hash.
 #[derive(Debug, Clone, Copy)]
 pub struct Prev<'a> {
@@ -274,10 +280,7 @@ pub fn seal_problem(
     let Some(public) = key(key_id) else {
         return Some(format!("its key {key_id} is not listed"));
     };
-    let public: Option<[u8; 32]> = hex::decode(public).ok().and_then(|b| b.try_into().ok());
-    let signature: Option<[u8; 64]> = hex::decode(signature).ok().and_then(|b| b.try_into().ok());
-    let hash: Option<Hash> = hex::decode(seal_hash).ok().and_then(|b| b.try_into().ok());
-    match (public, signature, hash) {
+    match (from_hex(&public), from_hex(signature), from_hex(seal_hash)) {
         (Some(public), Some(signature), Some(hash))
             if verify_signature(&public, &hash, &signature) =>
         {

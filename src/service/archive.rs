@@ -151,9 +151,8 @@ async fn plan(store: &Store, through_seal: i64) -> Result<Plan> {
             ))
         })?),
     };
-    if tx.backend() == Backend::Sqlite
-        && let Some(newest) = store::newest_record(&mut tx).await?
-        && newest <= through.last_call_id
+    if let Some(newest) = store::newest_record(&mut tx).await?
+        && holds_newest(tx.backend(), newest, &through)
     {
         return Err(Error::Conflict(format!(
             "seal {through_seal} holds the newest record ({newest}), which stays so that \
@@ -171,6 +170,13 @@ async fn plan(store: &Store, through_seal: i64) -> Result<Plan> {
         through,
         keys,
     })
+}
+
+/// Whether `seal` holds the newest record (`newest`) where that record
+/// must stay: on SQLite a new record takes the largest id plus one, so the
+/// record holding it is never deleted and ids are never given twice.
+fn holds_newest(backend: Backend, newest: i64, seal: &SealRow) -> bool {
+    backend == Backend::Sqlite && newest <= seal.last_call_id
 }
 
 /// What the writer put in the file: its seals' numbers and hashes, as the
@@ -261,10 +267,14 @@ async fn write_lines(
             let mut tx = store.read().await?;
             let rows = seals::covered(&mut tx, after, seal.cursor(), ids.len() as u64 + 1).await?;
             tx.commit().await?;
+            let objects: Vec<_> = rows.iter().map(super::seal::leaf).collect();
             let matches = rows.len() == ids.len()
-                && rows.iter().zip(&ids).zip(&leaves).all(|((r, id), leaf)| {
-                    r.id == *id && hex::encode(super::seal::leaf(r).hash()) == *leaf
-                });
+                && leaves.len() == ids.len()
+                && rows.iter().zip(&objects).zip(ids.iter().zip(&leaves)).all(
+                    |((r, object), (id, stored))| {
+                        r.id == *id && hex::encode(object.hash()) == *stored
+                    },
+                );
             if !matches {
                 return Err(Error::Conflict(format!(
                     "the records of seal {} do not match it: run writ audit verify",
@@ -280,9 +290,9 @@ async fn write_lines(
                     call_ids: ids,
                 }),
             );
-            for r in &rows {
-                let leaf = serde_json::to_value(super::seal::leaf(r)).expect("a leaf serializes");
-                push(&mut buf, Line::Record(leaf));
+            for object in objects {
+                let value = serde_json::to_value(object).expect("a leaf serializes");
+                push(&mut buf, Line::Record(value));
             }
             send.send(std::mem::take(&mut buf))
                 .await
@@ -510,27 +520,21 @@ pub async fn retain(ctx: &Ctx) -> Result<Option<Archived>> {
     let due = seals::sealed_before(&mut tx, &cutoff, first + RETAIN_SEALS - 1).await?;
     let newest = store::newest_record(&mut tx).await?;
     tx.commit().await?;
-    let Some(mut through) = due
-        .map(|s| (s.seq, s.last_call_id))
-        .filter(|s| s.0 >= first)
-    else {
+    let Some(due) = due.filter(|s| s.seq >= first) else {
         return Ok(None);
     };
-    // SQLite keeps its newest record (ids are never reused).
-    if ctx.store.backend() == Backend::Sqlite && newest.is_some_and(|n| n <= through.1) {
-        through.0 -= 1;
-    }
-    if through.0 < first {
+    let keeps_newest = newest.is_some_and(|n| holds_newest(ctx.store.backend(), n, &due));
+    let through = due.seq - i64::from(keeps_newest);
+    if through < first {
         return Ok(None);
     }
     // A name of its own: replicas sharing `dir` never touch each other's
     // file, and the loser of a race removes only its own.
     let out = Path::new(dir).join(format!(
-        "writ-audit-{first:010}-{:010}-{:08x}.jsonl.zst",
-        through.0,
+        "writ-audit-{first:010}-{through:010}-{:08x}.jsonl.zst",
         rand::random::<u32>()
     ));
-    archive(ctx, through.0, &out, "retention").await.map(Some)
+    archive(ctx, through, &out, "retention").await.map(Some)
 }
 
 /// The most seals one retention round archives.

@@ -31,15 +31,12 @@ impl Signer {
         let text = std::fs::read_to_string(path).map_err(|e| {
             anyhow::anyhow!("cannot read audit.signing_key_file {}: {e}", path.display())
         })?;
-        let seed: [u8; 32] = hex::decode(text.trim())
-            .ok()
-            .and_then(|bytes| bytes.try_into().ok())
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "audit.signing_key_file {} does not hold 64 hex digits (an Ed25519 secret key)",
-                    path.display()
-                )
-            })?;
+        let seed: [u8; 32] = seal::from_hex(text.trim()).ok_or_else(|| {
+            anyhow::anyhow!(
+                "audit.signing_key_file {} does not hold 64 hex digits (an Ed25519 secret key)",
+                path.display()
+            )
+        })?;
         let public = seal::public_key(&seed);
         Ok(Signer {
             seed,
@@ -275,9 +272,7 @@ pub async fn run(ctx: Ctx, signer: Option<std::sync::Arc<Signer>>) {
 }
 
 fn decode_hash(text: &str) -> Result<Hash> {
-    hex::decode(text)
-        .ok()
-        .and_then(|b| b.try_into().ok())
+    seal::from_hex(text)
         .ok_or_else(|| Error::Invalid(format!("stored hash {text:?} is not 32 bytes of hex")))
 }
 

@@ -59,6 +59,17 @@ async fn offline(args: &[&str]) -> (bool, String) {
     finished(cmd).await
 }
 
+/// `writ audit archive --through-seal SEAL --out FILE` on `url`.
+async fn archive_through(url: &str, seal: i64, out: &Path) -> (bool, String) {
+    let seal = seal.to_string();
+    let out = out.to_str().expect("utf-8 path");
+    writ(
+        url,
+        &["audit", "archive", "--through-seal", &seal, "--out", out],
+    )
+    .await
+}
+
 /// `writ audit verify --archive FILE`, offline.
 async fn verify_archive(file: &Path) -> (bool, String) {
     offline(&[
@@ -191,11 +202,7 @@ async fn an_archive_deletes_only_what_it_verified_and_verifies_offline(app: Test
     let dir = scratch();
     let file = dir.join("audit-1-2.jsonl.zst");
     let file_arg = file.to_str().expect("utf-8 path");
-    let (ok, text) = writ(
-        &url,
-        &["audit", "archive", "--through-seal", "2", "--out", file_arg],
-    )
-    .await;
+    let (ok, text) = archive_through(&url, 2, &file).await;
     assert!(ok, "{text}");
     let archived = sealed[0].1 + sealed[1].1;
     assert!(
@@ -307,36 +314,14 @@ async fn an_archive_deletes_only_what_it_verified_and_verifies_offline(app: Test
 
     // Archived seals are not archived twice; the next archive follows.
     let again = dir.join("again.jsonl.zst");
-    let (ok, text) = writ(
-        &url,
-        &[
-            "audit",
-            "archive",
-            "--through-seal",
-            "2",
-            "--out",
-            again.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (ok, text) = archive_through(&url, 2, &again).await;
     assert!(
         !ok && text.contains("seals 1..=2 are archived already"),
         "{text}"
     );
     assert!(!again.exists());
     let next = dir.join("audit-3-3.jsonl.zst");
-    let (ok, text) = writ(
-        &url,
-        &[
-            "audit",
-            "archive",
-            "--through-seal",
-            "3",
-            "--out",
-            next.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (ok, text) = archive_through(&url, 3, &next).await;
     assert!(ok && text.contains("archived seals 3..=3"), "{text}");
     let (ok, text) = verify(&url).await;
     assert!(ok && text.contains("(3 archived)"), "{text}");
@@ -345,18 +330,7 @@ async fn an_archive_deletes_only_what_it_verified_and_verifies_offline(app: Test
     let newest = count(&mut db, "SELECT max(id) FROM tool_calls").await;
     let newest_sealed = *sealed.last().unwrap().2.last().unwrap();
     if app.backend == Backend::Sqlite && newest == newest_sealed {
-        let (ok, text) = writ(
-            &url,
-            &[
-                "audit",
-                "archive",
-                "--through-seal",
-                &last.to_string(),
-                "--out",
-                dir.join("newest.jsonl.zst").to_str().unwrap(),
-            ],
-        )
-        .await;
+        let (ok, text) = archive_through(&url, last, &dir.join("newest.jsonl.zst")).await;
         assert!(!ok && text.contains("holds the newest record"), "{text}");
     }
 
