@@ -4,8 +4,8 @@
 //! attempt on the row ([`record_attempt`]).
 
 use sea_query::{
-    Cond, Expr, ExprTrait, Iden, InsertStatement, LockBehavior, LockType, Order, Query,
-    SelectStatement,
+    Cond, Expr, ExprTrait, Func, Iden, InsertStatement, IntoIden, LockBehavior, LockType, Order,
+    Query, SelectStatement, TableRef, ValueTuple,
 };
 
 use super::events::Events;
@@ -410,6 +410,16 @@ pub struct DueDelivery {
     pub previous_until: Option<String>,
 }
 
+/// `status = 'pending'` with the status written in the SQL: the due index
+/// covers only pending rows, and neither engine uses a partial index for a
+/// condition on a bound value (PostgreSQL's generic plan cannot prove the
+/// index's predicate from `status = $1`; SQLite matches the predicate's
+/// text), so with a bound status every claim and every backlog count read
+/// the whole table, delivered rows included.
+fn pending() -> Expr {
+    Expr::col((WebhookDeliveries::Table, WebhookDeliveries::Status)).eq(Expr::cust("'pending'"))
+}
+
 /// Leases up to `limit` due deliveries until `lease_until`: pending, due by
 /// `now`, of an enabled subscription (a disabled one's wait until it is
 /// enabled again), and not leased by a live lease. On PostgreSQL rows another
@@ -422,6 +432,20 @@ pub async fn claim_due(
     limit: u64,
 ) -> StoreResult<Vec<DueDelivery>> {
     use WebhookDeliveries as D;
+    if tx.backend() == Backend::Postgres {
+        // The outbox and the events grow all day, and without autovacuum
+        // their statistics stay those of their first hours: a generic plan
+        // of an `id IN (…)` made while a table was small scans it whole
+        // ever after. A claim's few statements (this transaction's, the
+        // events' read included) are worth planning at each run: custom
+        // plans see the tables' current sizes.
+        let custom = Query::select()
+            .expr(Expr::cust(
+                "set_config('plan_cache_mode', 'force_custom_plan', true)",
+            ))
+            .to_owned();
+        tx.fetch_one::<(String,)>(&custom).await?;
+    }
     let enabled = Query::select()
         .column(WebhookSubscriptions::Id)
         .from(WebhookSubscriptions::Table)
@@ -430,7 +454,7 @@ pub async fn claim_due(
     let mut due = Query::select();
     due.column(D::Id)
         .from(D::Table)
-        .and_where(Expr::col(D::Status).eq("pending"))
+        .and_where(pending())
         .and_where(Expr::col(D::NextAttemptAt).lte(now))
         .cond_where(
             Cond::any()
@@ -499,69 +523,108 @@ pub enum Attempt<'a> {
     },
 }
 
-/// Records an attempt of delivery `id` made at `at` and ends its lease.
-/// Returns the subscription's consecutive failed deliveries after it.
-pub async fn record_attempt(
-    tx: &mut Tx,
-    id: i64,
-    subscription_id: i64,
-    attempt: Attempt<'_>,
-    at: &str,
-) -> StoreResult<i64> {
+/// One attempt of a batch: delivery `id`, how it ended, when.
+#[derive(Debug, Clone, Copy)]
+pub struct Tried<'a> {
+    pub id: i64,
+    pub attempt: Attempt<'a>,
+    pub at: &'a str,
+}
+
+/// Records a batch's attempts in one statement, each ending its delivery's
+/// lease; returns the ids of the deliveries recorded (one no longer pending,
+/// its subscription deleted meanwhile, is left as it is).
+pub async fn record_attempts(tx: &mut Tx, tried: &[Tried<'_>]) -> StoreResult<Vec<i64>> {
     use WebhookDeliveries as D;
-    use WebhookSubscriptions as S;
-    let mut q = Query::update();
-    q.table(D::Table)
-        .value(D::Attempts, Expr::col(D::Attempts).add(1))
-        .value(D::LastAttemptAt, at)
-        .value(D::LeaseUntil, Option::<String>::None)
-        .and_where(Expr::col(D::Id).eq(id))
-        .and_where(Expr::col(D::Status).eq("pending"));
-    let failures = match attempt {
-        Attempt::Delivered { status } => {
-            q.value(D::Status, "delivered")
-                .value(D::LastStatusCode, status)
-                .value(D::LastError, Option::<String>::None)
-                .value(D::DeliveredAt, at);
-            Some(Expr::val(0i64))
-        }
-        Attempt::Failed {
-            status,
-            error,
-            next,
-        } => {
-            q.value(D::LastStatusCode, status)
-                .value(D::LastError, error);
-            match next {
-                Some(next) => {
-                    q.value(D::NextAttemptAt, next);
-                    None
-                }
-                None => {
-                    q.value(D::Status, "failed");
-                    Some(Expr::col(S::ConsecutiveFailures).add(1))
-                }
-            }
-        }
-    };
-    if tx.execute(&q.to_owned()).await? != 1 {
-        return Ok(0);
+    if tried.is_empty() {
+        return Ok(Vec::new());
     }
-    let Some(failures) = failures else {
-        return Ok(0);
+    let rows = tried
+        .iter()
+        .map(|t| {
+            let (status, code, error, delivered, next) = match t.attempt {
+                Attempt::Delivered { status } => {
+                    ("delivered", Some(status), None, Some(t.at), None)
+                }
+                Attempt::Failed {
+                    status,
+                    error,
+                    next: Some(next),
+                } => ("pending", status, Some(error), None, Some(next)),
+                Attempt::Failed {
+                    status,
+                    error,
+                    next: None,
+                } => ("failed", status, Some(error), None, None),
+            };
+            ValueTuple::Many(vec![
+                t.id.into(),
+                status.into(),
+                t.at.into(),
+                code.into(),
+                error.into(),
+                delivered.into(),
+                next.into(),
+            ])
+        })
+        .collect();
+    // `(VALUES …)` names its columns column1.. on both engines.
+    let v = |n: u8| Expr::col(("v", format!("column{n}")));
+    let q = Query::update()
+        .table(D::Table)
+        .value(D::Status, v(2))
+        .value(D::Attempts, Expr::col((D::Table, D::Attempts)).add(1))
+        .value(D::LastAttemptAt, v(3))
+        .value(D::LastStatusCode, v(4))
+        .value(D::LastError, v(5))
+        .value(D::DeliveredAt, v(6))
+        .value(
+            D::NextAttemptAt,
+            Func::coalesce([v(7), Expr::col((D::Table, D::NextAttemptAt))]),
+        )
+        .value(D::LeaseUntil, Option::<String>::None)
+        .from(TableRef::ValuesList(rows, "v".into_iden()))
+        .and_where(Expr::col((D::Table, D::Id)).equals(("v", "column1")))
+        .and_where(pending())
+        .returning_col((D::Table, D::Id))
+        .to_owned();
+    Ok(tx
+        .fetch_all::<(i64,)>(&q)
+        .await?
+        .into_iter()
+        .map(|(id,)| id)
+        .collect())
+}
+
+/// Counts a batch's outcome into a subscription's consecutive failed
+/// deliveries: back to 0 first when one of them was delivered (`reset`),
+/// then `failed` more (the deliveries given up after the batch's last
+/// success). Returns the count after it (0 when nothing changed).
+pub async fn count_failures(
+    tx: &mut Tx,
+    subscription_id: i64,
+    reset: bool,
+    failed: i64,
+) -> StoreResult<i64> {
+    use WebhookSubscriptions as S;
+    let from = if reset {
+        Expr::val(0i64)
+    } else {
+        Expr::col(S::ConsecutiveFailures)
     };
-    let reset = matches!(attempt, Attempt::Delivered { .. });
     let mut q = Query::update();
     q.table(S::Table)
-        .value(S::ConsecutiveFailures, failures)
+        .value(S::ConsecutiveFailures, from.add(failed))
         .and_where(Expr::col(S::Id).eq(subscription_id))
         .returning_col(S::ConsecutiveFailures);
-    if reset {
+    if failed == 0 {
         // Most deliveries succeed after a success: no row to rewrite.
         q.and_where(Expr::col(S::ConsecutiveFailures).ne(0));
     }
-    let q = q.to_owned();
-    Ok(tx.fetch_optional::<(i64,)>(&q).await?.map_or(0, |(n,)| n))
+    Ok(tx
+        .fetch_optional::<(i64,)>(&q.to_owned())
+        .await?
+        .map_or(0, |(n,)| n))
 }
 
 /// Disables a subscription after repeated failed deliveries; false when it
@@ -678,7 +741,7 @@ pub async fn backlog(tx: &mut Tx, now: &str) -> StoreResult<(i64, Option<String>
         .expr(Expr::col(D::Id).count())
         .expr(Expr::col(D::NextAttemptAt).min())
         .from(D::Table)
-        .and_where(Expr::col(D::Status).eq("pending"))
+        .and_where(pending())
         .and_where(Expr::col(D::NextAttemptAt).lte(now))
         .to_owned();
     tx.fetch_one(&q).await

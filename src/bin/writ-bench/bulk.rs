@@ -40,13 +40,17 @@ pub async fn add_grants(target: &Target, count: usize) -> anyhow::Result<i64> {
             let mut conn = sqlx::PgConnection::connect(&target.server_url).await?;
             if count > 0 {
                 sqlx::query(COPY).bind(count).execute(&mut conn).await?;
-                // What autovacuum would do after such a load: statistics
-                // for the tables the copy filled. Not the others: analyzed
-                // at their fixture size (a handful of evaluations, receipts,
-                // audit records), PostgreSQL would take them for tiny while
-                // the run grows them, and plans cached from then on would
-                // scan them whole (docs/performance.md, the harness).
-                sqlx::query("ANALYZE grants, grant_counts")
+                // What autovacuum does after such a load (PostgreSQL 13+
+                // vacuums a table that only grew): the visibility map and
+                // statistics of the tables the copy filled. Without the
+                // map an index-only scan costs a heap visit per entry, and
+                // the list pages' generic plans walk the primary key
+                // instead of `(agent_id, state, id)`. Not the other tables:
+                // analyzed at their fixture size (a handful of evaluations,
+                // receipts, audit records), PostgreSQL would take them for
+                // tiny while the run grows them, and plans cached from then
+                // on would scan them whole (docs/performance.md, the harness).
+                sqlx::query("VACUUM (ANALYZE) grants, grant_counts")
                     .execute(&mut conn)
                     .await?;
             }
