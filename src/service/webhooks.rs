@@ -607,11 +607,11 @@ async fn attempt(
 /// (`webhook.disabled`, in the same transaction).
 async fn record(ctx: &Ctx, due: &[DueDelivery], tried: &[Tried]) -> Result<()> {
     let texts: Vec<String> = tried.iter().map(|t| t.at.to_text()).collect();
-    let rows: Vec<store::Tried> = due
+    let rows: Vec<store::DeliveryAttempt> = due
         .iter()
         .zip(tried)
         .zip(&texts)
-        .map(|((d, t), at)| store::Tried {
+        .map(|((d, t), at)| store::DeliveryAttempt {
             id: d.id,
             attempt: match &t.error {
                 None => Attempt::Delivered {
