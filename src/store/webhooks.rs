@@ -1,7 +1,7 @@
 //! Webhook subscriptions and their delivery outbox (docs/events.md
 //! "Webhooks"). A delivery row is written by the event's own transaction
-//! ([`enqueue`]); workers lease due rows ([`claim_due`]) and record each
-//! attempt on the row ([`record_attempt`]).
+//! ([`enqueue`]); workers lease due rows ([`claim_due`]) and record a
+//! batch's attempts on their rows ([`record_attempts`]).
 
 use sea_query::{
     Cond, Expr, ExprTrait, Func, Iden, InsertStatement, IntoIden, LockBehavior, LockType, Order,
