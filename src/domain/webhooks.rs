@@ -2,7 +2,6 @@
 //! patterns and URL, the safe-target classifier, Standard Webhooks secrets
 //! and signatures, the retry schedule, and the Slack line.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
@@ -282,79 +281,9 @@ pub fn slack_text(
     text
 }
 
-/// How one attempt of a delivery ended, for its subscription's count of
-/// failed deliveries in a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    /// A 2xx: the count goes back to 0.
-    Delivered,
-    /// Failed, to be tried again: not a failed delivery yet.
-    Retried,
-    /// Failed for good: one more failed delivery.
-    GivenUp,
-}
-
-/// What a batch of attempts does to one subscription's count: set it to 0
-/// first (`reset`), then add `failed`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CountChange {
-    pub reset: bool,
-    pub failed: i64,
-}
-
-/// The count changes of a batch's attempts `(subscription id, how it
-/// ended)`, taken in order, for the subscriptions whose count they change:
-/// the same counts as applying each attempt in turn, in one update each.
-pub fn count_changes(batch: impl IntoIterator<Item = (i64, Ended)>) -> BTreeMap<i64, CountChange> {
-    let mut changes: BTreeMap<i64, CountChange> = BTreeMap::new();
-    for (subscription, ended) in batch {
-        match ended {
-            Ended::Delivered => {
-                changes.insert(
-                    subscription,
-                    CountChange {
-                        reset: true,
-                        failed: 0,
-                    },
-                );
-            }
-            Ended::GivenUp => changes.entry(subscription).or_default().failed += 1,
-            Ended::Retried => {}
-        }
-    }
-    changes
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_batch_changes_each_count_as_its_attempts_in_turn_would() {
-        use Ended::{Delivered, GivenUp, Retried};
-        let change = |reset, failed| CountChange { reset, failed };
-        let changes = count_changes([
-            (1, Delivered),
-            (1, GivenUp),
-            (2, GivenUp),
-            (1, Delivered),
-            (2, GivenUp),
-            (3, Retried),
-            (4, GivenUp),
-            (4, Delivered),
-            (4, GivenUp),
-            (4, Retried),
-        ]);
-        assert_eq!(
-            changes.into_iter().collect::<Vec<_>>(),
-            [
-                (1, change(true, 0)),
-                (2, change(false, 2)),
-                (4, change(true, 1)),
-            ]
-        );
-        assert!(count_changes([]).is_empty());
-    }
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()

@@ -22,7 +22,7 @@ use crate::config::{Resolver, WebhookSettings};
 use crate::domain::scope::Scope;
 use crate::domain::time::Timestamp;
 use crate::domain::webhooks::{
-    self as rules, DISABLE_AFTER_FAILED_DELIVERIES, Ended, ROTATION_OVERLAP_SECONDS,
+    self as rules, DISABLE_AFTER_FAILED_DELIVERIES, ROTATION_OVERLAP_SECONDS,
 };
 use crate::store::webhooks::{
     self as store, Attempt, DeliveryRow, DueDelivery, SubscriptionFields, SubscriptionRow,
@@ -602,50 +602,29 @@ async fn attempt(
     }
 }
 
-/// Records the attempts of a batch in one transaction; a subscription
-/// whose failed deliveries in a row reach 20 is disabled
-/// (`webhook.disabled`, in the same transaction).
+/// Records the attempts of a batch in one transaction; a delivery that
+/// makes 20 failed in a row disables its subscription (`webhook.disabled`,
+/// in the same transaction).
 async fn record(ctx: &Ctx, due: &[DueDelivery], tried: &[Tried]) -> Result<()> {
-    let texts: Vec<String> = tried.iter().map(|t| t.at.to_text()).collect();
-    let rows: Vec<store::DeliveryAttempt> = due
-        .iter()
-        .zip(tried)
-        .zip(&texts)
-        .map(|((d, t), at)| store::DeliveryAttempt {
-            id: d.id,
-            attempt: match &t.error {
-                None => Attempt::Delivered {
-                    status: i64::from(t.status.unwrap_or(200)),
-                },
-                Some(error) => Attempt::Failed {
-                    status: t.status.map(i64::from),
-                    error,
-                    next: t.next.as_deref(),
-                },
-            },
-            at,
-        })
-        .collect();
     let mut tx = ctx.store.write().await?;
-    let recorded = store::record_attempts(&mut tx, &rows).await?;
-    let ended = due.iter().zip(tried).filter_map(|(d, t)| {
-        let ended = match (&t.error, &t.next) {
-            (None, _) => Ended::Delivered,
-            (Some(_), Some(_)) => Ended::Retried,
-            (Some(_), None) => Ended::GivenUp,
+    for (d, t) in due.iter().zip(tried) {
+        let at = t.at.to_text();
+        let attempt = match &t.error {
+            None => Attempt::Delivered {
+                status: i64::from(t.status.unwrap_or(200)),
+            },
+            Some(error) => Attempt::Failed {
+                status: t.status.map(i64::from),
+                error,
+                next: t.next.as_deref(),
+            },
         };
-        recorded
-            .contains(&d.id)
-            .then_some((d.subscription_id, ended))
-    });
-    let at = ctx.now().to_text();
-    for (subscription_id, change) in rules::count_changes(ended) {
         let failures =
-            store::count_failures(&mut tx, subscription_id, change.reset, change.failed).await?;
+            store::record_attempt(&mut tx, d.id, d.subscription_id, attempt, &at).await?;
         if failures >= DISABLE_AFTER_FAILED_DELIVERIES
-            && store::disable(&mut tx, subscription_id, &at).await?
+            && store::disable(&mut tx, d.subscription_id, &at).await?
         {
-            let data = json!({"subscription_id": subscription_id, "failed_deliveries": failures});
+            let data = json!({"subscription_id": d.subscription_id, "failed_deliveries": failures});
             events::emit(&mut tx, "webhook.disabled", &at, None, None, None, data).await?;
         }
     }

@@ -1,11 +1,11 @@
 //! Webhook subscriptions and their delivery outbox (docs/events.md
 //! "Webhooks"). A delivery row is written by the event's own transaction
-//! ([`enqueue`]); workers lease due rows ([`claim_due`]) and record a
-//! batch's attempts on their rows ([`record_attempts`]).
+//! ([`enqueue`]); workers lease due rows ([`claim_due`]) and record each
+//! attempt on the row ([`record_attempt`]).
 
 use sea_query::{
-    Cond, Expr, ExprTrait, Func, Iden, InsertStatement, IntoIden, LockBehavior, LockType, Order,
-    Query, SelectStatement, TableRef, ValueTuple,
+    Cond, Expr, ExprTrait, Iden, InsertStatement, LockBehavior, LockType, Order, Query,
+    SelectStatement,
 };
 
 use super::events::Events;
@@ -523,111 +523,69 @@ pub enum Attempt<'a> {
     },
 }
 
-/// One attempt of a batch: delivery `id`, how it ended, when.
-#[derive(Debug, Clone, Copy)]
-pub struct DeliveryAttempt<'a> {
-    pub id: i64,
-    pub attempt: Attempt<'a>,
-    pub at: &'a str,
-}
-
-/// Records a batch's attempts in one statement, each ending its delivery's
-/// lease; returns the ids of the deliveries recorded (one no longer pending,
-/// its subscription deleted meanwhile, is left as it is).
-pub async fn record_attempts(tx: &mut Tx, tried: &[DeliveryAttempt<'_>]) -> StoreResult<Vec<i64>> {
-    use WebhookDeliveries as D;
-    if tried.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows = tried
-        .iter()
-        .map(|t| {
-            let (status, code, error, delivered, next) = match t.attempt {
-                Attempt::Delivered { status } => {
-                    ("delivered", Some(status), None, Some(t.at), None)
-                }
-                Attempt::Failed {
-                    status,
-                    error,
-                    next: Some(next),
-                } => ("pending", status, Some(error), None, Some(next)),
-                Attempt::Failed {
-                    status,
-                    error,
-                    next: None,
-                } => ("failed", status, Some(error), None, None),
-            };
-            ValueTuple::Many(vec![
-                t.id.into(),
-                status.into(),
-                t.at.into(),
-                code.into(),
-                error.into(),
-                delivered.into(),
-                next.into(),
-            ])
-        })
-        .collect();
-    // `(VALUES …)` names its columns column1.. on both engines.
-    let v = |n: u8| Expr::col(("v", format!("column{n}")));
-    let q = Query::update()
-        .table(D::Table)
-        .value(D::Status, v(2))
-        .value(D::Attempts, Expr::col((D::Table, D::Attempts)).add(1))
-        .value(D::LastAttemptAt, v(3))
-        .value(D::LastStatusCode, v(4))
-        .value(D::LastError, v(5))
-        .value(D::DeliveredAt, v(6))
-        .value(
-            D::NextAttemptAt,
-            Func::coalesce([v(7), Expr::col((D::Table, D::NextAttemptAt))]),
-        )
-        .value(D::LeaseUntil, Option::<String>::None)
-        .from(TableRef::ValuesList(rows, "v".into_iden()))
-        .and_where(Expr::col((D::Table, D::Id)).equals(("v", "column1")))
-        // Bound, unlike the claim's: the rows are found by their ids, and
-        // a written 'pending' would let the planner read the whole backlog
-        // through the due index instead.
-        .and_where(Expr::col((D::Table, D::Status)).eq("pending"))
-        .returning_col((D::Table, D::Id))
-        .to_owned();
-    Ok(tx
-        .fetch_all::<(i64,)>(&q)
-        .await?
-        .into_iter()
-        .map(|(id,)| id)
-        .collect())
-}
-
-/// Counts a batch's outcome into a subscription's consecutive failed
-/// deliveries: back to 0 first when one of them was delivered (`reset`),
-/// then `failed` more (the deliveries given up after the batch's last
-/// success). Returns the count after it (0 when nothing changed).
-pub async fn count_failures(
+/// Records an attempt of delivery `id` made at `at` and ends its lease.
+/// Returns the subscription's consecutive failed deliveries after it.
+pub async fn record_attempt(
     tx: &mut Tx,
+    id: i64,
     subscription_id: i64,
-    reset: bool,
-    failed: i64,
+    attempt: Attempt<'_>,
+    at: &str,
 ) -> StoreResult<i64> {
+    use WebhookDeliveries as D;
     use WebhookSubscriptions as S;
-    let from = if reset {
-        Expr::val(0i64)
-    } else {
-        Expr::col(S::ConsecutiveFailures)
+    let mut q = Query::update();
+    q.table(D::Table)
+        .value(D::Attempts, Expr::col(D::Attempts).add(1))
+        .value(D::LastAttemptAt, at)
+        .value(D::LeaseUntil, Option::<String>::None)
+        .and_where(Expr::col(D::Id).eq(id))
+        .and_where(Expr::col(D::Status).eq("pending"));
+    let failures = match attempt {
+        Attempt::Delivered { status } => {
+            q.value(D::Status, "delivered")
+                .value(D::LastStatusCode, status)
+                .value(D::LastError, Option::<String>::None)
+                .value(D::DeliveredAt, at);
+            Some(Expr::val(0i64))
+        }
+        Attempt::Failed {
+            status,
+            error,
+            next,
+        } => {
+            q.value(D::LastStatusCode, status)
+                .value(D::LastError, error);
+            match next {
+                Some(next) => {
+                    q.value(D::NextAttemptAt, next);
+                    None
+                }
+                None => {
+                    q.value(D::Status, "failed");
+                    Some(Expr::col(S::ConsecutiveFailures).add(1))
+                }
+            }
+        }
     };
+    if tx.execute(&q.to_owned()).await? != 1 {
+        return Ok(0);
+    }
+    let Some(failures) = failures else {
+        return Ok(0);
+    };
+    let reset = matches!(attempt, Attempt::Delivered { .. });
     let mut q = Query::update();
     q.table(S::Table)
-        .value(S::ConsecutiveFailures, from.add(failed))
+        .value(S::ConsecutiveFailures, failures)
         .and_where(Expr::col(S::Id).eq(subscription_id))
         .returning_col(S::ConsecutiveFailures);
-    if failed == 0 {
+    if reset {
         // Most deliveries succeed after a success: no row to rewrite.
         q.and_where(Expr::col(S::ConsecutiveFailures).ne(0));
     }
-    Ok(tx
-        .fetch_optional::<(i64,)>(&q.to_owned())
-        .await?
-        .map_or(0, |(n,)| n))
+    let q = q.to_owned();
+    Ok(tx.fetch_optional::<(i64,)>(&q).await?.map_or(0, |(n,)| n))
 }
 
 /// Disables a subscription after repeated failed deliveries; false when it
