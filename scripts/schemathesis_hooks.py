@@ -1,14 +1,18 @@
 """Schemathesis hooks for scripts/schemathesis (loaded via SCHEMATHESIS_HOOKS).
 
-The run's admin token belongs to WRIT_ST_GUARDED_LOGIN. Revoking one of that
-user's tokens would end the run with 401s, so such a DELETE is pointed at a
-login that does not exist (a syntactically valid one: the answer is a real
-404 from the server) before it is sent, in every phase.
+The run's tokens belong to the logins of WRIT_ST_GUARDED_LOGINS (comma
+separated: the admin and the bot). Revoking one of their tokens would end a
+run with 401s or fail the script's final check that both still work; the
+admin run reaches the bot's login too (it creates tokens for the users it
+finds). So such a DELETE is pointed at a login that does not exist (a
+syntactically valid one: the answer is a real 404 from the server) before it
+is sent, in every phase.
 
 A feed request (`GET /api/v1/events`) waits at most 1 s.
 """
 
 import os
+import sys
 
 import schemathesis
 
@@ -27,8 +31,12 @@ def before_call(context, case, kwargs):
     query = case.query
     if case.operation.path == FEED and query and str(query.get("wait", "")).isdigit():
         query["wait"] = min(int(query["wait"]), 1)
-    guarded = os.environ.get("WRIT_ST_GUARDED_LOGIN", "").lower()
+    guarded = {login.strip().lower()
+               for login in os.environ.get("WRIT_ST_GUARDED_LOGINS", "").split(",")
+               if login.strip()}
     params = case.path_parameters
     if (case.operation.path == REVOKE and case.method.upper() == "DELETE" and params
-            and str(params.get("login", "")).lower() == guarded):
+            and str(params.get("login", "")).lower() in guarded):
+        print(f"hook: DELETE of {params.get('login')}'s token {params.get('token_id')} "
+              f"sent for {ABSENT}", file=sys.stderr)
         params["login"] = ABSENT
