@@ -184,7 +184,7 @@ schema_types! {
     ToolGrantIdText => string("unique within the agent's set; 1-64 characters without control characters")
         .min_length(Some(1)).max_length(Some(MAX_GRANT_ID)).pattern(Some(NO_CONTROL_PATTERN)).into();
     /// A repository pattern of a tool grant.
-    RepoPatternText => string("owner/name or owner/*, case-insensitive; malformed patterns never match")
+    RepoPatternText => string("owner/name or owner/*, case-insensitive, at most 256 bytes of UTF-8 (maxLength counts characters); malformed patterns never match")
         .max_length(Some(MAX_PATTERN_LEN)).pattern(Some(NO_CONTROL_PATTERN)).into();
     /// The tools of one tool grant.
     ToolNames => ArrayBuilder::new()
