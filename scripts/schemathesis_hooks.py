@@ -21,6 +21,9 @@ ABSENT = "st-guard-no-such-user"
 
 
 FEED = "/api/v1/events"
+GUARDED = {login.strip().lower()
+           for login in os.environ.get("WRIT_ST_GUARDED_LOGINS", "").split(",")
+           if login.strip()}
 
 
 @schemathesis.hook
@@ -31,12 +34,9 @@ def before_call(context, case, kwargs):
     query = case.query
     if case.operation.path == FEED and query and str(query.get("wait", "")).isdigit():
         query["wait"] = min(int(query["wait"]), 1)
-    guarded = {login.strip().lower()
-               for login in os.environ.get("WRIT_ST_GUARDED_LOGINS", "").split(",")
-               if login.strip()}
     params = case.path_parameters
     if (case.operation.path == REVOKE and case.method.upper() == "DELETE" and params
-            and str(params.get("login", "")).lower() in guarded):
+            and str(params.get("login", "")).lower() in GUARDED):
         print(f"hook: DELETE of {params.get('login')}'s token {params.get('token_id')} "
               f"sent for {ABSENT}", file=sys.stderr)
         params["login"] = ABSENT
