@@ -4,6 +4,7 @@
 //! package (tests/webhooks_python), retries, rotation, auto-disable and the
 //! safe-target rules.
 
+mod claim;
 mod cli;
 mod delivery;
 mod subscriptions;
