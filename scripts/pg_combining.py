@@ -6,7 +6,7 @@ Writ sends four statements per new submission on PostgreSQL: ``BEGIN``, the
 route lookup (which locks the grant), the handoff (one statement writing the
 audit record, the evaluation, the issue, the receipt, the counters, the event
 and the webhook deliveries) and ``COMMIT``. This script replays that SQL
-straight to the engine, without Writ, in five shapes, each with eight
+straight to the engine, without Writ, in six shapes, each with eight
 submissions in flight:
 
 - ``T_submit``: the bench's baseline transaction (``writ-bench`` baseline.rs),
@@ -14,9 +14,11 @@ submissions in flight:
 - ``writ, 1 a transaction``: Writ's lookup and handoff, eight clients;
 - ``writ, 4 a transaction``: four of those, one after the other, in one
   transaction, two clients (one commit for four: ADR 0036's lanes);
+- ``writ, 4 lookups and 1 handoff``: each grant's own lookup, then one
+  4-row handoff, in one transaction, two clients;
 - ``writ, 2 a statement`` and ``writ, 4 a statement``: one lookup statement
-  for k grants and one k-row handoff (``unnest``-style, joined back by grant,
-  repository and request key), four and two clients.
+  for k grants and one k-row handoff (rows from ``generate_series``, joined
+  back by grant, repository and request key), four and two clients.
 
 The lookup is the statement Writ sends for a native submit, copied with its
 parameters written in; the k-row handoff is the single-row one rewritten to
@@ -125,10 +127,15 @@ def shapes(snapshot: str, catalog: str) -> list[tuple[str, int, int, str]]:
     def combined(k: int) -> str:
         return f"\\set base :client_id * {k} + 1\nBEGIN;\n{lookup_many(k)}\n{handoff(':base', f':base + {k - 1}')}\nCOMMIT;\n"
 
+    lookups = ["\\set base :client_id * 4 + 1", "BEGIN;"]
+    lookups += [lookup(f":base + {i}") for i in range(4)]
+    lookups += [handoff(":base", ":base + 3"), "COMMIT;"]
+
     return [
         ("T_submit", 8, 1, T_SUBMIT),
         ("writ, 1 a transaction", 8, 1, one),
         ("writ, 4 a transaction", 2, 4, "\n".join(seq) + "\n"),
+        ("writ, 4 lookups and 1 handoff", 2, 4, "\n".join(lookups) + "\n"),
         ("writ, 2 a statement", 4, 2, combined(2)),
         ("writ, 4 a statement", 2, 4, combined(4)),
     ]
