@@ -49,7 +49,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness_lib as h  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = "'2026-01-01T00:00:00.000000Z'"
@@ -76,14 +81,14 @@ def lookup_many(k: int) -> str:
     return s + ";"
 
 
-def handoff_of(first: str, last: str) -> str:
-    """The handoff for grants first .. last, one row each, as one statement
-    (the evaluation's snapshot and catalog left as SNAPSHOT and CATALOG)."""
+def handoff(first: str, last: str, snapshot: str, catalog: str) -> str:
+    """The handoff for grants first .. last, one row each, as one statement;
+    the evaluations cite health snapshot `snapshot` and catalog `catalog`."""
     return f"""WITH inp AS MATERIALIZED (SELECT g AS grant_id, g AS repo_id, g + 1 AS agent_id, gen_random_uuid()::text AS request_key FROM generate_series(({first})::bigint, ({last})::bigint) AS t(g)),
 au AS (INSERT INTO tool_calls (called_at, via, agent_id, agent_login, token_id, tool, repository, decision, matched_grant, reason, rpc_id, request_id, arg_names, native_status, error_code, completed_at)
   SELECT {NOW}, 'api', agent_id, 'bench-bot-' || (grant_id - 1), agent_id, 'submit_agent_work_proposal', 'root/bench-' || (grant_id - 1), 'allow', NULL, 'native_api', NULL, request_key, '["body","grant_id","owner","proposal_digest","proposal_schema","proposal_version","repo","request_key","title"]', 201, NULL, {NOW} FROM inp RETURNING id, request_id),
 ev AS (INSERT INTO admission_evaluations (grant_id, phase, status, retryable, blocked_count, warning_count, snapshot_id, catalog_version, filesystem_grant_id, proposal_digest, decisions, actor_id, evaluated_at)
-  SELECT grant_id, 'handoff', 'allowed', false, 0, 0, SNAPSHOT, CATALOG, NULL, {DIGEST}, '[]', agent_id, {NOW} FROM inp RETURNING id, grant_id),
+  SELECT grant_id, 'handoff', 'allowed', false, 0, 0, {snapshot}, '{catalog}', NULL, {DIGEST}, '[]', agent_id, {NOW} FROM inp RETURNING id, grant_id),
 ix AS (UPDATE repositories r SET next_issue_index = r.next_issue_index + 1 FROM inp WHERE r.id = inp.repo_id RETURNING r.id, r.next_issue_index),
 iss AS (INSERT INTO issues (repository_id, issue_index, title, body, poster_id, created_at)
   SELECT ix.id, ix.next_issue_index - 1, 'bench title', {BODY}, inp.agent_id, {NOW} FROM ix JOIN inp ON inp.repo_id = ix.id RETURNING id, repository_id, issue_index),
@@ -115,21 +120,21 @@ def shapes(snapshot: str, catalog: str) -> list[tuple[str, int, int, str]]:
     """(name, clients, submissions a transaction, pgbench script), the
     evaluations citing health snapshot `snapshot` and catalog `catalog`."""
 
-    def handoff(first: str, last: str) -> str:
-        return handoff_of(first, last).replace("SNAPSHOT", snapshot).replace("CATALOG", f"'{catalog}'")
+    def handoff_of(first: str, last: str) -> str:
+        return handoff(first, last, snapshot, catalog)
 
-    one = f"\\set base :client_id + 1\nBEGIN;\n{lookup(':base')}\n{handoff(':base', ':base')}\nCOMMIT;\n"
+    one = f"\\set base :client_id + 1\nBEGIN;\n{lookup(':base')}\n{handoff_of(':base', ':base')}\nCOMMIT;\n"
     seq = ["\\set base :client_id * 4 + 1", "BEGIN;"]
     for i in range(4):
-        seq += [lookup(f":base + {i}"), handoff(f":base + {i}", f":base + {i}")]
+        seq += [lookup(f":base + {i}"), handoff_of(f":base + {i}", f":base + {i}")]
     seq.append("COMMIT;")
 
     def combined(k: int) -> str:
-        return f"\\set base :client_id * {k} + 1\nBEGIN;\n{lookup_many(k)}\n{handoff(':base', f':base + {k - 1}')}\nCOMMIT;\n"
+        return f"\\set base :client_id * {k} + 1\nBEGIN;\n{lookup_many(k)}\n{handoff_of(':base', f':base + {k - 1}')}\nCOMMIT;\n"
 
     lookups = ["\\set base :client_id * 4 + 1", "BEGIN;"]
     lookups += [lookup(f":base + {i}") for i in range(4)]
-    lookups += [handoff(":base", ":base + 3"), "COMMIT;"]
+    lookups += [handoff_of(":base", ":base + 3"), "COMMIT;"]
 
     return [
         ("T_submit", 8, 1, T_SUBMIT),
@@ -141,11 +146,6 @@ def shapes(snapshot: str, catalog: str) -> list[tuple[str, int, int, str]]:
     ]
 
 
-def psql(url: str, sql: str) -> str:
-    out = subprocess.run(["psql", url, "-Atc", sql], check=True, capture_output=True, text=True)
-    return out.stdout.strip()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--admin-url", default="postgres://postgres@127.0.0.1:5432/postgres")
@@ -154,8 +154,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-subscription", action="store_true", help="disable the subscription (no deliveries written)")
     args = ap.parse_args()
-    if not re.match(r"^postgres(ql)?://[^@/]*@?(127\.0\.0\.1|localhost)[:/]", args.admin_url):
-        sys.exit("--admin-url must name a PostgreSQL on 127.0.0.1")
+    admin = h._require_loopback(args.admin_url)
     bench = args.writ_bench or next(
         (p for p in (ROOT / "target/quick/writ-bench", ROOT / "target/release/writ-bench") if p.exists()), None
     )
@@ -172,17 +171,17 @@ def main() -> int:
         sys.stderr.write(prep.stderr)
         sys.exit("writ-bench failed")
     bench_dir, databases = kept.group(1), [kept.group(2), kept.group(3)]
-    url = re.sub(r"/[^/]*$", "/" + databases[0], args.admin_url)
+    url = urllib.parse.urlunsplit(admin._replace(path=f"/{databases[0]}"))
     work = Path(tempfile.mkdtemp(prefix="writ-combining-"))
     try:
-        psql(url, f"UPDATE webhook_subscriptions SET enabled = {'false' if args.no_subscription else 'true'}")
-        grants = psql(url, "SELECT count(*) FROM grants g JOIN repositories r ON r.id = g.repository_id "
+        h._psql(url, f"UPDATE webhook_subscriptions SET enabled = {'false' if args.no_subscription else 'true'}")
+        grants = h._psql(url, "SELECT count(*) FROM grants g JOIN repositories r ON r.id = g.repository_id "
                            "JOIN users o ON o.id = r.owner_id WHERE g.id BETWEEN 1 AND 8 AND g.repository_id = g.id "
                            "AND g.agent_id = g.id + 1 AND r.lower_name = 'bench-' || (g.id - 1) AND o.lower_login = 'root'")
         if grants != "8":
             sys.exit(f"unexpected fixture: {grants} of the 8 grants have the expected shape")
-        snapshot = psql(url, "SELECT max(id) FROM health_snapshots")
-        catalog = psql(url, "SELECT max(version) FROM catalogs")
+        snapshot = h._psql(url, "SELECT max(id) FROM health_snapshots")
+        catalog = h._psql(url, "SELECT max(version) FROM catalogs")
         plan = shapes(snapshot, catalog)
         runs: dict[str, list[float]] = {}
         ratios: dict[str, list[float]] = {}
@@ -207,7 +206,7 @@ def main() -> int:
                 base = rate if name == "T_submit" else base
                 ratios.setdefault(name, []).append(rate / base)
                 print(f"round {r + 1}: {name}: {rate:,.0f} submissions/s", file=sys.stderr)
-        counts = psql(url, "SELECT (SELECT count(*) FROM submissions) || ' receipts, ' || (SELECT count(*) FROM events "
+        counts = h._psql(url, "SELECT (SELECT count(*) FROM submissions) || ' receipts, ' || (SELECT count(*) FROM events "
                            "WHERE type = 'submission.created') || ' events, ' || (SELECT count(*) FROM webhook_deliveries) "
                            "|| ' deliveries, ' || (SELECT count(*) FROM tool_calls) || ' audit records'")
         sub = "disabled (no deliveries)" if args.no_subscription else "one, matching every event"
@@ -223,8 +222,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(bench_dir, ignore_errors=True)
         for db in databases:
-            subprocess.run(["psql", args.admin_url, "-qc", f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'],
-                           capture_output=True)
+            h._psql(args.admin_url, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     return 0
 
 
