@@ -6,12 +6,16 @@ Writ sends four statements per new submission on PostgreSQL: ``BEGIN``, the
 route lookup (which locks the grant), the handoff (one statement writing the
 audit record, the evaluation, the issue, the receipt, the counters, the event
 and the webhook deliveries) and ``COMMIT``. This script replays that SQL
-straight to the engine, without Writ, in six shapes, each with eight
+straight to the engine, without Writ, in eight shapes, each with eight
 submissions in flight:
 
 - ``T_submit``: the bench's baseline transaction (``writ-bench`` baseline.rs),
   eight clients;
 - ``writ, 1 a transaction``: Writ's lookup and handoff, eight clients;
+- ``writ, 1 a transaction, 2 round trips`` and ``1 round trip``: the same
+  four statements in pgbench's pipeline mode, ``BEGIN`` with the lookup and
+  the handoff with ``COMMIT`` (what a driver that pipelines would send), or
+  all four at once;
 - ``writ, 4 a transaction``: four of those, one after the other, in one
   transaction, two clients (one commit for four: ADR 0036's lanes);
 - ``writ, 4 lookups and 1 handoff``: each grant's own lookup, then one
@@ -136,9 +140,20 @@ def shapes(snapshot: str, catalog: str) -> list[tuple[str, int, int, str]]:
     lookups += [lookup(f":base + {i}") for i in range(4)]
     lookups += [handoff_of(":base", ":base + 3"), "COMMIT;"]
 
+    # The same four statements, two round trips: BEGIN with the lookup, the
+    # handoff with COMMIT (what a driver that pipelines would send).
+    pipelined = (f"\\set base :client_id + 1\n\\startpipeline\nBEGIN;\n{lookup(':base')}\n\\endpipeline\n"
+                 f"\\startpipeline\n{handoff_of(':base', ':base')}\nCOMMIT;\n\\endpipeline\n")
+    # All four in one round trip: the floor of any scheme that decides
+    # without a round trip between the lookup and the handoff.
+    one_trip = (f"\\set base :client_id + 1\n\\startpipeline\nBEGIN;\n{lookup(':base')}\n"
+                f"{handoff_of(':base', ':base')}\nCOMMIT;\n\\endpipeline\n")
+
     return [
         ("T_submit", 8, 1, T_SUBMIT),
         ("writ, 1 a transaction", 8, 1, one),
+        ("writ, 1 a transaction, 2 round trips", 8, 1, pipelined),
+        ("writ, 1 a transaction, 1 round trip", 8, 1, one_trip),
         ("writ, 4 a transaction", 2, 4, "\n".join(seq) + "\n"),
         ("writ, 4 lookups and 1 handoff", 2, 4, "\n".join(lookups) + "\n"),
         ("writ, 2 a statement", 4, 2, combined(2)),
