@@ -127,7 +127,16 @@ def shapes(snapshot: str, catalog: str) -> list[tuple[str, int, int, str]]:
     def handoff_of(first: str, last: str) -> str:
         return handoff(first, last, snapshot, catalog)
 
-    one = f"\\set base :client_id + 1\nBEGIN;\n{lookup(':base')}\n{handoff_of(':base', ':base')}\nCOMMIT;\n"
+    # One submission: its lookup and its handoff, sent one statement a
+    # round trip, or pipelined (BEGIN with the lookup and the handoff with
+    # COMMIT, as a driver that pipelines would send; or all four at once,
+    # the floor of any scheme that decides without a round trip between
+    # the lookup and the handoff).
+    first, last = lookup(":base"), handoff_of(":base", ":base")
+    one = f"\\set base :client_id + 1\nBEGIN;\n{first}\n{last}\nCOMMIT;\n"
+    pipelined = (f"\\set base :client_id + 1\n\\startpipeline\nBEGIN;\n{first}\n\\endpipeline\n"
+                 f"\\startpipeline\n{last}\nCOMMIT;\n\\endpipeline\n")
+    one_trip = f"\\set base :client_id + 1\n\\startpipeline\nBEGIN;\n{first}\n{last}\nCOMMIT;\n\\endpipeline\n"
     seq = ["\\set base :client_id * 4 + 1", "BEGIN;"]
     for i in range(4):
         seq += [lookup(f":base + {i}"), handoff_of(f":base + {i}", f":base + {i}")]
@@ -139,15 +148,6 @@ def shapes(snapshot: str, catalog: str) -> list[tuple[str, int, int, str]]:
     lookups = ["\\set base :client_id * 4 + 1", "BEGIN;"]
     lookups += [lookup(f":base + {i}") for i in range(4)]
     lookups += [handoff_of(":base", ":base + 3"), "COMMIT;"]
-
-    # The same four statements, two round trips: BEGIN with the lookup, the
-    # handoff with COMMIT (what a driver that pipelines would send).
-    pipelined = (f"\\set base :client_id + 1\n\\startpipeline\nBEGIN;\n{lookup(':base')}\n\\endpipeline\n"
-                 f"\\startpipeline\n{handoff_of(':base', ':base')}\nCOMMIT;\n\\endpipeline\n")
-    # All four in one round trip: the floor of any scheme that decides
-    # without a round trip between the lookup and the handoff.
-    one_trip = (f"\\set base :client_id + 1\n\\startpipeline\nBEGIN;\n{lookup(':base')}\n"
-                f"{handoff_of(':base', ':base')}\nCOMMIT;\n\\endpipeline\n")
 
     return [
         ("T_submit", 8, 1, T_SUBMIT),
