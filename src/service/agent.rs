@@ -170,53 +170,6 @@ pub async fn locate_for_key(
     find(tx, caller, route).await
 }
 
-/// A submission's route, for [`locate_many_for_key`].
-pub struct KeyedRoute<'a> {
-    pub caller: &'a Caller,
-    pub owner: &'a str,
-    pub repo: &'a str,
-    pub id: GrantId,
-    pub request_key: &'a str,
-}
-
-/// [`locate_for_key`] for several submissions in one statement (on
-/// PostgreSQL, see `store::grants::agent_grants_in_repos`), the grants
-/// locked in id order: for each route, what it finds when its caller may
-/// use it; `None` when it must be looked up alone to be answered (not
-/// found, or refused, and which).
-pub async fn locate_many_for_key(
-    tx: &mut Tx,
-    routes: &[KeyedRoute<'_>],
-) -> Result<Vec<Option<ForKey>>> {
-    let queries: Vec<_> = routes
-        .iter()
-        .map(|r| grants::AgentGrantQuery {
-            id: r.id.0,
-            owner: r.owner,
-            name: r.repo,
-            agent_id: r.caller.user_id,
-            token_id: r.caller.token_id,
-            request_key: Some(r.request_key),
-            lock: true,
-            admission_inputs: true,
-        })
-        .collect();
-    let mut located: Vec<Option<ForKey>> = routes.iter().map(|_| None).collect();
-    for (n, grants::Found { found, inputs }) in grants::agent_grants_in_repos(tx, &queries).await? {
-        let caller = routes[n].caller;
-        let repo = found.repo();
-        let permission = found.collaborator_permission.as_deref();
-        if readable(&repo, permission, caller.user_id).is_ok() && reaches(caller, &repo).is_ok() {
-            located[n] = Some(ForKey {
-                grant: found.grant,
-                used: found.key_submission_id,
-                inputs,
-            });
-        }
-    }
-    Ok(located)
-}
-
 struct Route<'a> {
     owner: &'a str,
     repo: &'a str,

@@ -360,10 +360,12 @@ impl<'c> AuditedTx<'c> {
     /// [`AuditedTx::outcome_written`] once that statement succeeded.
     pub fn outcome_target(&self, ctx: &Ctx) -> Option<(CallEnd<'c>, String)> {
         let (record, end) = self.audit.as_ref()?;
-        match end {
-            End::Insert | End::Complete(_) => shared_target(ctx, record),
-            End::Append | End::Written => None,
-        }
+        let end = match *end {
+            End::Insert => CallEnd::Insert(&record.call),
+            End::Complete(id) => CallEnd::Complete(id),
+            _ => return None,
+        };
+        Some((end, ctx.now().to_text()))
     }
 
     /// Notes that a statement of the use case wrote the outcome
@@ -372,34 +374,6 @@ impl<'c> AuditedTx<'c> {
         if let Some((_, end @ (End::Insert | End::Complete(_)))) = &mut self.audit {
             *end = End::Written;
         }
-    }
-}
-
-/// The record a statement writes whole or completes, as
-/// [`AuditedTx::outcome_target`], for a `record` not written yet.
-fn shared_target<'c>(ctx: &Ctx, record: &'c Record) -> Option<(CallEnd<'c>, String)> {
-    if record.is_done() {
-        return None;
-    }
-    let end = match record.decided {
-        Some(id) => CallEnd::Complete(id),
-        None => CallEnd::Insert(&record.call),
-    };
-    Some((end, ctx.now().to_text()))
-}
-
-/// For a write transaction shared by several calls (`service::combine`):
-/// where a statement writes `caller`'s record, as
-/// [`AuditedTx::outcome_target`]; `None` for an unaudited caller. Once the
-/// transaction committed, call [`shared_written`].
-pub(super) fn shared_target_of<'c>(ctx: &Ctx, caller: &'c Caller) -> Option<(CallEnd<'c>, String)> {
-    shared_target(ctx, caller.audit.as_deref()?)
-}
-
-/// Notes that a committed shared transaction wrote `caller`'s record.
-pub(super) fn shared_written(caller: &Caller) {
-    if let Some(record) = caller.audit.as_deref() {
-        record.set_done();
     }
 }
 

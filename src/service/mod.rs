@@ -11,7 +11,6 @@ pub mod audit;
 pub mod auth;
 pub mod backup;
 pub mod check;
-pub mod combine;
 pub mod demo;
 pub mod error;
 pub mod events;
@@ -55,8 +54,6 @@ pub struct Ctx {
     pub proxies: Arc<crate::domain::net::TrustedProxies>,
     /// The requests waiting for events.
     pub waiters: Arc<events::Waiters>,
-    /// The new submissions waiting to share a transaction (PostgreSQL).
-    pub combiner: Arc<combine::Combiner>,
 }
 
 /// The most requests that may wait for events at a time in one process.
@@ -81,7 +78,6 @@ impl Ctx {
             store,
             catalog: Arc::new(catalog),
             tokens: Arc::default(),
-            combiner: Arc::default(),
         })
     }
 }

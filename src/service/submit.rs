@@ -3,11 +3,10 @@
 //! grant, runs the handoff admission, and writes the issue, the receipt and
 //! the counter together.
 
-use super::admission::{self, PackageView, Pending, Phase};
+use super::admission::{self, PackageView, Phase};
 use super::agent::{Triple, facts, locate, locate_for_key};
 use super::audit::{self, Access, AuditedTx};
 use super::auth::Caller;
-use super::combine;
 use super::events;
 use super::view::{GrantView, SubmissionView};
 use super::{Ctx, Error, Result};
@@ -15,10 +14,8 @@ use crate::domain::grant::{Refusal, decide_submit};
 use crate::domain::ids::{GrantId, RequestKey};
 use crate::domain::submission::content_digest;
 use crate::domain::text::check_title;
-use crate::domain::time::Timestamp;
-use crate::store::Tx;
 use crate::store::admission::EvaluationInputs;
-use crate::store::audit::{CallEnd, Outcome as CallOutcome};
+use crate::store::audit::Outcome as CallOutcome;
 use crate::store::grants::GrantRow;
 use crate::store::handoff::{self, HandedOff, Handoff};
 use crate::store::issues::{self, SubmissionRow};
@@ -74,8 +71,7 @@ pub struct Receipt {
     pub submission: SubmissionView,
 }
 
-/// Submits work under a grant (see the module doc for the transaction; on
-/// PostgreSQL it may be shared with other submissions, see [`combine`]).
+/// Submits work under a grant (see the module doc for the transaction).
 pub async fn submit(
     ctx: &Ctx,
     caller: &Caller,
@@ -85,9 +81,6 @@ pub async fn submit(
     input: &SubmitInput,
 ) -> Result<Receipt> {
     let content = content_digest(input.triple.digest.as_str(), &input.title, &input.body);
-    if let Some(answer) = combine::submit(ctx, caller, (owner, repo, id), input, &content).await {
-        return answer;
-    }
     let mut tx = audit::begin(ctx, caller, Access::Write).await?;
     let key = input.request_key.as_str();
     let located = locate_for_key(&mut tx, caller, owner, repo, id, key).await?;
@@ -196,7 +189,7 @@ async fn resolve_after_race(
 }
 
 /// What [`create`] did.
-pub(super) enum Created {
+enum Created {
     /// The issue, the receipt and the counter are written: the grant and the
     /// receipt as they now stand in the transaction.
     Done {
@@ -211,7 +204,8 @@ pub(super) enum Created {
 }
 
 /// Writes the issue, the receipt and the counter (or, when the handoff
-/// admission blocks, only the evaluation).
+/// admission blocks, only the evaluation). The grant row is locked, so the
+/// answer is built from the values written here rather than read back.
 async fn create(
     ctx: &Ctx,
     tx: &mut AuditedTx<'_>,
@@ -222,8 +216,13 @@ async fn create(
     inputs: Option<EvaluationInputs>,
 ) -> Result<Created> {
     let at = ctx.now();
+    decide_submit(&facts(grant)?, &input.triple.digest, at).map_err(|r| {
+        GrantView::from_row(grant, &ctx.config.public_base())
+            .map(|g| Error::refused(r, g))
+            .unwrap_or_else(Error::from)
+    })?;
     let text = at.to_text();
-    let pending = judge(ctx, tx, grant, input, at, inputs).await?;
+    let pending = admission::evaluate_in(ctx, tx, grant, Phase::Handoff, &text, inputs).await?;
     if pending.package.blocked() {
         let package =
             admission::store_pending(ctx, tx, grant, pending, caller.user_id, &text).await?;
@@ -241,126 +240,28 @@ async fn create(
         .await?;
         return Ok(Created::Blocked(package));
     }
+    let full_name = format!("{}/{}", grant.repo_owner, grant.repo_name);
+    let url_prefix = format!("{}/{full_name}/issues/", ctx.config.public_base());
+    let count = grant.submission_count + 1;
     let audit = tx.outcome_target(ctx);
-    let created = write(
-        ctx, tx, caller, grant, input, content, pending, &text, audit,
-    )
-    .await?;
-    if let Created::Done { .. } = created {
-        tx.outcome_written();
-    }
-    Ok(created)
-}
-
-/// Judges the grant for a new submission at `at` and evaluates the handoff
-/// admission; nothing is written but a policy snapshot seen for the first
-/// time.
-pub(super) async fn judge(
-    ctx: &Ctx,
-    tx: &mut Tx,
-    grant: &GrantRow,
-    input: &SubmitInput,
-    at: Timestamp,
-    inputs: Option<EvaluationInputs>,
-) -> Result<Pending> {
-    decide_submit(&facts(grant)?, &input.triple.digest, at).map_err(|r| {
-        GrantView::from_row(grant, &ctx.config.public_base())
-            .map(|g| Error::refused(r, g))
-            .unwrap_or_else(Error::from)
-    })?;
-    admission::evaluate_in(ctx, tx, grant, Phase::Handoff, &at.to_text(), inputs).await
-}
-
-/// Writes an admitted handoff: the issue, the receipt, the counter, the
-/// event and, when `audit` names it, the call's record.
-#[allow(clippy::too_many_arguments)]
-async fn write(
-    ctx: &Ctx,
-    tx: &mut Tx,
-    caller: &Caller,
-    grant: &GrantRow,
-    input: &SubmitInput,
-    content: &str,
-    pending: Pending,
-    text: &str,
-    audit: Option<(CallEnd<'_>, String)>,
-) -> Result<Created> {
-    let admitted = Admitted::new(ctx, caller, grant, input, content, pending, text);
-    let audit = audit.as_ref().map(|(end, at)| (*end, at.as_str()));
-    let written = handoff::hand_off(tx, &admitted.handoff(audit)).await;
-    let written = match written {
-        Err(e) if e.is_unique() => return Ok(Created::Raced),
-        other => other?,
-    };
-    let (grant, receipt) = admitted.done(written);
-    Ok(Created::Done {
-        grant: Box::new(grant),
-        receipt: Box::new(receipt),
-    })
-}
-
-/// A submission admitted for its handoff: what the handoff writes, and the
-/// grant and receipt it leaves. The grant row is locked, so they are built
-/// from the values written rather than read back.
-pub(super) struct Admitted<'a> {
-    ctx: &'a Ctx,
-    caller: &'a Caller,
-    grant: &'a GrantRow,
-    input: &'a SubmitInput,
-    content: &'a str,
-    pending: Pending,
-    text: &'a str,
-    full_name: String,
-    url_prefix: String,
-}
-
-impl<'a> Admitted<'a> {
-    pub(super) fn new(
-        ctx: &'a Ctx,
-        caller: &'a Caller,
-        grant: &'a GrantRow,
-        input: &'a SubmitInput,
-        content: &'a str,
-        pending: Pending,
-        text: &'a str,
-    ) -> Admitted<'a> {
-        let full_name = format!("{}/{}", grant.repo_owner, grant.repo_name);
-        let url_prefix = format!("{}/{full_name}/issues/", ctx.config.public_base());
-        Admitted {
-            ctx,
-            caller,
-            grant,
-            input,
-            content,
-            pending,
-            text,
-            full_name,
-            url_prefix,
-        }
-    }
-
-    /// The handoff's writes, with the call's record when `audit` names it
-    /// (and the time of its outcome).
-    pub(super) fn handoff<'h>(&'h self, audit: Option<(CallEnd<'h>, &'h str)>) -> Handoff<'h> {
-        let grant = self.grant;
-        Handoff {
-            evaluation: self
-                .pending
-                .record(self.ctx, grant, self.caller.user_id, self.text),
-            title: &self.input.title,
-            body: &self.input.body,
-            request_key: self.input.request_key.as_str(),
-            content_digest: self.content,
-            agent_id: self.caller.user_id,
+    let written = handoff::hand_off(
+        tx,
+        &Handoff {
+            evaluation: pending.record(ctx, grant, caller.user_id, &text),
+            title: &input.title,
+            body: &input.body,
+            request_key: input.request_key.as_str(),
+            content_digest: content,
+            agent_id: caller.user_id,
             repository_id: grant.repository_id,
-            repository_full_name: &self.full_name,
-            issue_url_prefix: &self.url_prefix,
-            submission_count: grant.submission_count + 1,
+            repository_full_name: &full_name,
+            issue_url_prefix: &url_prefix,
+            submission_count: count,
             grant_state: &grant.state,
             state_revision: grant.state_revision,
-            audit: audit.map(|(end, at)| {
+            audit: audit.as_ref().map(|(end, at)| {
                 (
-                    end,
+                    *end,
                     CallOutcome {
                         native_status: Some(201),
                         error_code: None,
@@ -368,53 +269,58 @@ impl<'a> Admitted<'a> {
                     },
                 )
             }),
-        }
-    }
-
-    /// The grant and the receipt once the handoff `written` is written.
-    pub(super) fn done(self, written: HandedOff) -> (GrantRow, SubmissionRow) {
-        let HandedOff {
-            evaluation_id,
-            issue_id,
-            issue_index: index,
-            submission_id,
-        } = written;
-        let (grant, input, text) = (self.grant, self.input, self.text.to_owned());
-        let evaluation_id = Some(evaluation_id);
-        let package = self.pending.package;
-        let after = GrantRow {
-            submission_count: grant.submission_count + 1,
-            updated_at: text.clone(),
-            admission_id: evaluation_id,
-            admission_phase: Some(package.phase.to_owned()),
-            admission_status: Some(package.status.to_owned()),
-            admission_snapshot_id: package.snapshot_id,
-            admission_evaluated_at: Some(text.clone()),
-            ..grant.clone()
-        };
-        let receipt = SubmissionRow {
-            id: submission_id,
-            grant_id: grant.id,
-            request_key: input.request_key.as_str().to_owned(),
-            content_digest: self.content.to_owned(),
-            proposal_digest: input.triple.digest.as_str().to_owned(),
-            agent_id: self.caller.user_id,
-            agent_login: grant.agent_login.clone(),
-            issue_id,
-            issue_index: index,
-            repository_id: grant.repository_id,
-            repository_full_name: self.full_name,
-            issue_url: format!("{}{index}", self.url_prefix),
-            evaluation_id,
-            created_at: text,
-            current_repository_id: Some(grant.repository_id),
-            current_index: Some(index),
-            evaluation_phase: Some(package.phase.to_owned()),
-            evaluation_status: Some(package.status.to_owned()),
-            evaluation_snapshot_id: package.snapshot_id,
-        };
-        (after, receipt)
-    }
+        },
+    )
+    .await;
+    let written = match written {
+        Err(e) if e.is_unique() => return Ok(Created::Raced),
+        other => other?,
+    };
+    tx.outcome_written();
+    let HandedOff {
+        evaluation_id,
+        issue_id,
+        issue_index: index,
+        submission_id,
+    } = written;
+    let evaluation_id = Some(evaluation_id);
+    let package = pending.package;
+    let url = format!("{url_prefix}{index}");
+    let after = GrantRow {
+        submission_count: count,
+        updated_at: text.clone(),
+        admission_id: evaluation_id,
+        admission_phase: Some(package.phase.to_owned()),
+        admission_status: Some(package.status.to_owned()),
+        admission_snapshot_id: package.snapshot_id,
+        admission_evaluated_at: Some(text.clone()),
+        ..grant.clone()
+    };
+    let receipt = SubmissionRow {
+        id: submission_id,
+        grant_id: grant.id,
+        request_key: input.request_key.as_str().to_owned(),
+        content_digest: content.to_owned(),
+        proposal_digest: input.triple.digest.as_str().to_owned(),
+        agent_id: caller.user_id,
+        agent_login: grant.agent_login.clone(),
+        issue_id,
+        issue_index: index,
+        repository_id: grant.repository_id,
+        repository_full_name: full_name,
+        issue_url: url,
+        evaluation_id,
+        created_at: text,
+        current_repository_id: Some(grant.repository_id),
+        current_index: Some(index),
+        evaluation_phase: Some(package.phase.to_owned()),
+        evaluation_status: Some(package.status.to_owned()),
+        evaluation_snapshot_id: package.snapshot_id,
+    };
+    Ok(Created::Done {
+        grant: Box::new(after),
+        receipt: Box::new(receipt),
+    })
 }
 
 /// Reads back a receipt by request key, in every grant state.

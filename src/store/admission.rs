@@ -266,34 +266,45 @@ pub(super) fn evaluation_values(e: &NewEvaluation<'_>) -> Args {
 /// The insert of an evaluation, its values in the slots named by
 /// [`evaluation_values`], returning its id.
 pub(super) fn evaluation_insert() -> InsertStatement {
+    use AdmissionEvaluations as A;
     Query::insert()
-        .into_table(AdmissionEvaluations::Table)
-        .columns(EVALUATION_COLUMNS.map(|(column, _)| column))
-        .values_panic(EVALUATION_COLUMNS.map(|(_, name)| slot(name)))
-        .returning_col(AdmissionEvaluations::Id)
+        .into_table(A::Table)
+        .columns([
+            A::GrantId,
+            A::Phase,
+            A::Status,
+            A::Retryable,
+            A::BlockedCount,
+            A::WarningCount,
+            A::SnapshotId,
+            A::CatalogVersion,
+            A::FilesystemGrantId,
+            A::ProposalDigest,
+            A::Decisions,
+            A::ActorId,
+            A::EvaluatedAt,
+        ])
+        .values_panic(
+            [
+                "grant_id",
+                "phase",
+                "status",
+                "retryable",
+                "blocked_count",
+                "warning_count",
+                "snapshot_id",
+                "catalog_version",
+                "filesystem_grant_id",
+                "proposal_digest",
+                "decisions",
+                "actor_id",
+                "now",
+            ]
+            .map(slot),
+        )
+        .returning_col(A::Id)
         .to_owned()
 }
-
-/// An evaluation's columns, each with the name of its value in
-/// [`evaluation_values`].
-pub(super) const EVALUATION_COLUMNS: [(AdmissionEvaluations, &str); 13] = {
-    use AdmissionEvaluations as A;
-    [
-        (A::GrantId, "grant_id"),
-        (A::Phase, "phase"),
-        (A::Status, "status"),
-        (A::Retryable, "retryable"),
-        (A::BlockedCount, "blocked_count"),
-        (A::WarningCount, "warning_count"),
-        (A::SnapshotId, "snapshot_id"),
-        (A::CatalogVersion, "catalog_version"),
-        (A::FilesystemGrantId, "filesystem_grant_id"),
-        (A::ProposalDigest, "proposal_digest"),
-        (A::Decisions, "decisions"),
-        (A::ActorId, "actor_id"),
-        (A::EvaluatedAt, "now"),
-    ]
-};
 
 /// A grant's evaluations, oldest first.
 pub async fn evaluations_of(tx: &mut Tx, grant_id: i64) -> StoreResult<Vec<EvaluationRow>> {

@@ -199,7 +199,7 @@ fn calls_table() -> InsertStatement {
 }
 
 /// A record's columns, each with the name of its slot.
-pub(super) const CALL_COLUMNS: [(ToolCalls, &str); 16] = {
+const CALL_COLUMNS: [(ToolCalls, &str); 16] = {
     use ToolCalls as T;
     [
         (T::CalledAt, "call_called_at"),
@@ -227,7 +227,7 @@ fn call_slots() -> [Expr; 16] {
 }
 
 /// A record's values (with its outcome, if known), by slot name.
-pub(super) fn call_args(c: &NewCall, outcome: Option<Outcome<'_>>) -> Args {
+fn call_args(c: &NewCall, outcome: Option<Outcome<'_>>) -> Args {
     vec![
         ("call_called_at", c.called_at.as_str().into()),
         ("call_via", c.via.into()),

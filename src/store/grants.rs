@@ -2,7 +2,6 @@
 
 use sea_query::{
     Cond, Expr, ExprTrait, IntoCondition, JoinType, LockType, Order, Query, SelectStatement, Value,
-    WithClause,
 };
 
 use super::admission::{
@@ -10,12 +9,11 @@ use super::admission::{
 };
 use super::principals::token_live;
 use super::repos::{RepoRow, with_collaborator_permission};
-use super::rows::{INPUT, input, input_table, rows_json};
 use super::schema::{
     AdmissionEvaluations, Collaborators, GrantEvents, Grants, Repositories, Submissions, Users,
 };
 use super::shape::{Args, Shape, slot};
-use super::{Backend, StoreError, StoreResult, Tx};
+use super::{Backend, StoreResult, Tx};
 
 /// A grant joined with every login and repository fact its JSON needs.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
@@ -352,88 +350,6 @@ pub async fn agent_grant_in_repo(
     }))
 }
 
-/// [`agent_grant_in_repo`] for several routes at once (PostgreSQL), each
-/// keyed, locked and with its repository's admission inputs: one
-/// statement, the routes' values as rows ([`super::rows`]), the grants
-/// locked in the order of `queries` (give them in grant id order). Each
-/// grant found, with the index of its query in `queries`; a query that
-/// matches nothing has none.
-pub async fn agent_grants_in_repos(
-    tx: &mut Tx,
-    queries: &[AgentGrantQuery<'_>],
-) -> StoreResult<Vec<(usize, Found)>> {
-    static SHAPE: Shape = Shape::new();
-    const BACKEND: Backend = Backend::Postgres;
-    if tx.backend() != BACKEND || queries.is_empty() {
-        return Err(StoreError::other(
-            "several routes are one statement on PostgreSQL only",
-        ));
-    }
-    let rows: Vec<Args> = queries
-        .iter()
-        .enumerate()
-        .map(|(n, a)| {
-            vec![
-                ("n", (n as i64).into()),
-                ("grant_id", a.id.into()),
-                ("agent_id", a.agent_id.into()),
-                ("owner", a.owner.to_ascii_lowercase().into()),
-                ("repo", a.name.to_ascii_lowercase().into()),
-                ("token_id", a.token_id.into()),
-                ("request_key", a.request_key.unwrap_or_default().into()),
-            ]
-        })
-        .collect();
-    let shape = RouteShape {
-        lock: true,
-        keyed: true,
-        inputs: true,
-    };
-    // Each input row's route lookup, laterally, in the rows' order: the
-    // grants are locked in that order, and the plan starts from the rows
-    // (joined after the grants, the planner read every grant).
-    let statement = || {
-        let mut with = WithClause::new();
-        with.cte(input_table(&rows[0], &[]));
-        Query::select()
-            .expr(Expr::cust(r#""found".*"#))
-            .expr_as(input("n"), "n")
-            .from(INPUT)
-            .join_lateral(
-                JoinType::InnerJoin,
-                route_query_of(BACKEND, shape, input),
-                "found",
-                Expr::cust("TRUE"),
-            )
-            .to_owned()
-            .with(with)
-    };
-    let q = SHAPE.bind(BACKEND, statement, &[("rows", rows_json(&rows)?.into())]);
-    let mut found = Vec::with_capacity(queries.len());
-    for row in tx.fetch_all::<Numbered>(&q).await? {
-        let inputs = parse_inputs_json(row.row.admission_inputs.as_deref())?;
-        let n = usize::try_from(row.n).map_err(StoreError::other)?;
-        found.push((
-            n,
-            Found {
-                found: row.row.found,
-                inputs: Some(inputs),
-            },
-        ));
-    }
-    Ok(found)
-}
-
-/// A row of [`agent_grants_in_repos`]: a grant found and the number of its
-/// query.
-#[derive(sqlx::FromRow, serde::Deserialize)]
-struct Numbered {
-    #[sqlx(flatten)]
-    #[serde(flatten)]
-    row: WithInputs,
-    n: i64,
-}
-
 /// A grant found through its route with its repository's admission inputs
 /// as one JSON column (PostgreSQL).
 #[derive(sqlx::FromRow, serde::Deserialize)]
@@ -463,15 +379,6 @@ impl RouteShape {
 /// the agent's token (which must not be revoked) and (keyed) the request
 /// key.
 fn route_query(backend: Backend, shape: RouteShape) -> SelectStatement {
-    route_query_of(backend, shape, slot)
-}
-
-/// [`route_query`] with its values from `v`.
-fn route_query_of(
-    backend: Backend,
-    shape: RouteShape,
-    v: fn(&'static str) -> Expr,
-) -> SelectStatement {
     let r = Repositories::Table;
     let mut q = select_grant(backend);
     q.expr_as(Expr::col((r, Repositories::OwnerId)), "repo_owner_id")
@@ -480,12 +387,12 @@ fn route_query_of(
             "repo_require_distinct_approver",
         )
         .expr_as(Expr::col((r, Repositories::CreatedAt)), "repo_created_at");
-    with_collaborator_permission(&mut q, v("agent_id"));
-    q.and_where(Expr::col((Grants::Table, Grants::Id)).eq(v("grant_id")))
-        .and_where(Expr::col((Grants::Table, Grants::AgentId)).eq(v("agent_id")))
-        .and_where(Expr::col(("owner", Users::LowerLogin)).eq(v("owner")))
-        .and_where(Expr::col((r, Repositories::LowerName)).eq(v("repo")))
-        .and_where(token_live(v("token_id"), v("agent_id")));
+    with_collaborator_permission(&mut q, slot("agent_id"));
+    q.and_where(Expr::col((Grants::Table, Grants::Id)).eq(slot("grant_id")))
+        .and_where(Expr::col((Grants::Table, Grants::AgentId)).eq(slot("agent_id")))
+        .and_where(Expr::col(("owner", Users::LowerLogin)).eq(slot("owner")))
+        .and_where(Expr::col((r, Repositories::LowerName)).eq(slot("repo")))
+        .and_where(token_live(slot("token_id"), slot("agent_id")));
     if shape.keyed {
         q.expr_as(Expr::col(("ks", Submissions::Id)), "key_submission_id")
             .join_as(
@@ -494,7 +401,7 @@ fn route_query_of(
                 "ks",
                 Expr::col(("ks", Submissions::GrantId))
                     .equals((Grants::Table, Grants::Id))
-                    .and(Expr::col(("ks", Submissions::RequestKey)).eq(v("request_key"))),
+                    .and(Expr::col(("ks", Submissions::RequestKey)).eq(slot("request_key"))),
             );
     } else {
         q.expr_as(Expr::cust("CAST(NULL AS BIGINT)"), "key_submission_id");

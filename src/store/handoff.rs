@@ -10,11 +10,10 @@ use sea_query::{
     SubQueryStatement, UpdateStatement, WithClause, WithQuery,
 };
 
-use super::admission::{EVALUATION_COLUMNS, NewEvaluation, evaluation_insert, evaluation_values};
-use super::audit::{CALL_COLUMNS, CallEnd, CallEndStatement, EndKind, Outcome, ToolCalls};
+use super::admission::{NewEvaluation, evaluation_insert, evaluation_values};
+use super::audit::{CallEnd, CallEndStatement, EndKind, Outcome, ToolCalls};
 use super::events::Events;
 use super::issues::{ISSUE_COLUMNS, RECEIPT_COLUMNS, bump_index};
-use super::rows::{INPUT, input, input_table, rows_json};
 use super::schema::{AdmissionEvaluations, Grants, Issues, Repositories, Submissions};
 use super::shape::{Args, Shape, slot};
 use super::{Backend, StoreError, StoreResult, Tx};
@@ -99,23 +98,19 @@ pub async fn hand_off(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff> {
     Ok(written)
 }
 
-/// Where a statement takes a handoff's value of a name: a [`slot`] for one
-/// handoff, a column of the input rows for several.
-type Value = fn(&'static str) -> Expr;
-
 /// The `submission.created` event's insert, its `data` and the rest of its
 /// row read from `source`.
-fn event_from(v: Value, data: Expr, source: SelectStatement) -> InsertStatement {
+fn event_from(data: Expr, source: SelectStatement) -> InsertStatement {
     let mut select = source;
     select
         .expr(Expr::val("submission.created"))
-        .expr(v("now"))
-        .expr(v("agent_id"))
-        .expr(v("repository_id"))
-        .expr(v("grant_id"))
-        .expr(v("grant_state"))
-        .expr(v("state_revision"))
-        .expr(v("proposal_digest"))
+        .expr(slot("now"))
+        .expr(slot("agent_id"))
+        .expr(slot("repository_id"))
+        .expr(slot("grant_id"))
+        .expr(slot("grant_state"))
+        .expr(slot("state_revision"))
+        .expr(slot("proposal_digest"))
         .expr(data);
     Query::insert()
         .into_table(Events::Table)
@@ -148,15 +143,15 @@ fn deliveries(event: Expr) -> InsertStatement {
 
 /// The issue insert, its index read from `index_source` (a table with the
 /// repository's `next_issue_index` after the bump).
-fn issue_from(v: Value, index: Expr, source: SelectStatement) -> InsertStatement {
+fn issue_from(index: Expr, source: SelectStatement) -> InsertStatement {
     let mut select = source;
     select
-        .expr(v("repository_id"))
+        .expr(slot("repository_id"))
         .expr(index)
-        .expr(v("title"))
-        .expr(v("body"))
-        .expr(v("agent_id"))
-        .expr(v("now"));
+        .expr(slot("title"))
+        .expr(slot("body"))
+        .expr(slot("agent_id"))
+        .expr(slot("now"));
     Query::insert()
         .into_table(Issues::Table)
         .columns(ISSUE_COLUMNS)
@@ -169,7 +164,6 @@ fn issue_from(v: Value, index: Expr, source: SelectStatement) -> InsertStatement
 /// The receipt insert, its issue, evaluation and audit record read from
 /// `source`.
 fn receipt_from(
-    v: Value,
     issue: (Expr, Expr),
     evaluation: Expr,
     call: Expr,
@@ -178,18 +172,18 @@ fn receipt_from(
     let (issue_id, issue_index) = issue;
     let mut select = source;
     select
-        .expr(v("grant_id"))
-        .expr(v("request_key"))
-        .expr(v("content_digest"))
-        .expr(v("proposal_digest"))
-        .expr(v("agent_id"))
+        .expr(slot("grant_id"))
+        .expr(slot("request_key"))
+        .expr(slot("content_digest"))
+        .expr(slot("proposal_digest"))
+        .expr(slot("agent_id"))
         .expr(issue_id)
         .expr(issue_index.clone())
-        .expr(v("repository_id"))
-        .expr(v("repository_full_name"))
-        .expr(v("issue_url_prefix").binary(BinOper::Custom("||"), issue_index))
+        .expr(slot("repository_id"))
+        .expr(slot("repository_full_name"))
+        .expr(slot("issue_url_prefix").binary(BinOper::Custom("||"), issue_index))
         .expr(evaluation)
-        .expr(v("now"))
+        .expr(slot("now"))
         .expr(call);
     Query::insert()
         .into_table(Submissions::Table)
@@ -200,12 +194,12 @@ fn receipt_from(
         .to_owned()
 }
 
-fn bump_counter(v: Value) -> UpdateStatement {
+fn bump_counter() -> UpdateStatement {
     Query::update()
         .table(Grants::Table)
-        .value(Grants::SubmissionCount, v("submission_count"))
-        .value(Grants::UpdatedAt, v("now"))
-        .and_where(Expr::col((Grants::Table, Grants::Id)).eq(v("grant_id")))
+        .value(Grants::SubmissionCount, slot("submission_count"))
+        .value(Grants::UpdatedAt, slot("now"))
+        .and_where(Expr::col(Grants::Id).eq(slot("grant_id")))
         .to_owned()
 }
 
@@ -221,18 +215,12 @@ fn audit_index(h: &Handoff<'_>) -> usize {
 /// The event's insert inside the PostgreSQL statement: its `data` built
 /// there, from the issue's index.
 fn created_event() -> InsertStatement {
-    let data = created_data_in(slot("request_key"), Expr::col(("iss", Issues::IssueIndex)));
-    event_from(slot, data, Query::select().from("iss").to_owned())
-}
-
-/// A `submission.created` event's `data` built in the statement (see
-/// [`created_data`]).
-fn created_data_in(request_key: Expr, index: Expr) -> Expr {
-    Expr::cust_with_exprs(
+    let data = Expr::cust_with_exprs(
         "json_build_object('request_key', $1::text, 'issue_index', $2, \
          'receipt_status', 'submitted')::text",
-        [request_key, index],
-    )
+        [slot("request_key"), Expr::col(("iss", Issues::IssueIndex))],
+    );
+    event_from(data, Query::select().from("iss").to_owned())
 }
 
 fn hand_off_statement(audit: Option<EndKind>) -> WithQuery {
@@ -243,7 +231,7 @@ fn hand_off_statement(audit: Option<EndKind>) -> WithQuery {
             .to_owned()
     };
     let next = Expr::col(("ix", Repositories::NextIssueIndex)).sub(1);
-    let issue = issue_from(slot, next, Query::select().from("ix").to_owned());
+    let issue = issue_from(next, Query::select().from("ix").to_owned());
     let mut source = Query::select().from("iss").from("ev").to_owned();
     let call = match audit {
         Some(_) => {
@@ -253,7 +241,6 @@ fn hand_off_statement(audit: Option<EndKind>) -> WithQuery {
         None => Expr::val(Option::<i64>::None),
     };
     let receipt = receipt_from(
-        slot,
         (
             Expr::col(("iss", Issues::Id)),
             Expr::col(("iss", Issues::IssueIndex)),
@@ -278,10 +265,7 @@ fn hand_off_statement(audit: Option<EndKind>) -> WithQuery {
         .cte(cte("sub", receipt.into()))
         .cte(cte(
             "g",
-            bump_counter(slot)
-                .returning_col(Grants::Id)
-                .to_owned()
-                .into(),
+            bump_counter().returning_col(Grants::Id).to_owned().into(),
         ))
         .cte(cte("evt", created_event().into()))
         .cte(cte("dl", {
@@ -336,7 +320,6 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
     tx.execute(&q).await?;
     let issue = || {
         issue_from(
-            slot,
             Expr::col(Repositories::NextIssueIndex).sub(1),
             Query::select()
                 .from(Repositories::Table)
@@ -372,7 +355,6 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
     ]);
     let receipt = || {
         receipt_from(
-            slot,
             (slot("issue_id"), slot("issue_index")),
             slot("evaluation_id"),
             slot("call_id"),
@@ -381,7 +363,7 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
     };
     let q = RECEIPT.bind(SQLITE, receipt, &args);
     let (submission_id,): (i64,) = tx.fetch_one(&q).await?;
-    let q = COUNTER.bind(SQLITE, || bump_counter(slot), &args);
+    let q = COUNTER.bind(SQLITE, bump_counter, &args);
     if tx.execute(&q).await? != 1 {
         return Err(StoreError::NotFound);
     }
@@ -389,7 +371,7 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
         "event_data",
         created_data(h.request_key, issue_index).into(),
     ));
-    let event = || event_from(slot, slot("event_data"), Query::select().to_owned());
+    let event = || event_from(slot("event_data"), Query::select().to_owned());
     let q = EVENT.bind(SQLITE, event, &args);
     let (event_id,): (i64,) = tx.fetch_one(&q).await?;
     args.push(("event_id", event_id.into()));
@@ -401,253 +383,4 @@ async fn hand_off_sqlite(tx: &mut Tx, h: &Handoff<'_>) -> StoreResult<HandedOff>
         issue_index,
         submission_id,
     })
-}
-
-/// Writes several handoffs in one statement (PostgreSQL): every write of
-/// [`hand_off`] for each, with each call's record inserted whole. The
-/// grants must be locked by the caller and distinct, and each call's
-/// record not written yet ([`CallEnd::Insert`]). Their values travel as
-/// one JSON array, one object a handoff, read back into typed columns;
-/// the records' ids are drawn from their sequence first, so each receipt
-/// names its own. A repository's issues are numbered in the order of
-/// `hs`, its counter locked once, and the counters in id order (as any
-/// write transaction locks grants, then repositories, both in id order).
-/// Returns what each wrote, in the order of `hs`; any failure (a unique
-/// violation among them) is returned as is.
-pub async fn hand_off_many(tx: &mut Tx, hs: &[Handoff<'_>]) -> StoreResult<Vec<HandedOff>> {
-    static SHAPE: Shape = Shape::new();
-    if tx.backend() != Backend::Postgres || hs.is_empty() {
-        return Err(StoreError::other(
-            "several handoffs are one statement on PostgreSQL only",
-        ));
-    }
-    let mut rows = Vec::with_capacity(hs.len());
-    for (n, h) in hs.iter().enumerate() {
-        let Some((end @ CallEnd::Insert(_), outcome)) = h.audit else {
-            return Err(StoreError::other(
-                "a handoff among several needs a record to insert",
-            ));
-        };
-        let same_repository = hs.iter().filter(|o| o.repository_id == h.repository_id);
-        let rank = hs[..n]
-            .iter()
-            .filter(|o| o.repository_id == h.repository_id)
-            .count();
-        let mut args = values(h);
-        args.extend(end.values(outcome));
-        args.extend([
-            ("n", (n as i64).into()),
-            ("repo_count", (same_repository.count() as i64).into()),
-            ("repo_rank", (rank as i64).into()),
-        ]);
-        rows.push(args);
-    }
-    let json = rows_json(&rows)?;
-    let q = SHAPE.bind(
-        Backend::Postgres,
-        || hand_off_many_statement(&rows[0]),
-        &[("rows", json.into())],
-    );
-    let found = tx.fetch_all::<(i64, i64, i64, i64)>(&q).await?;
-    if found.len() != hs.len() {
-        return Err(StoreError::NotFound);
-    }
-    tx.note_event();
-    Ok(found
-        .into_iter()
-        .map(
-            |(evaluation_id, issue_id, issue_index, submission_id)| HandedOff {
-                evaluation_id,
-                issue_id,
-                issue_index,
-                submission_id,
-            },
-        )
-        .collect())
-}
-
-/// The statement of [`hand_off_many`], its input's columns named and typed
-/// after `first`'s values.
-fn hand_off_many_statement(first: &Args) -> WithQuery {
-    let cte = |name: &str, query: SubQueryStatement| {
-        CommonTableExpression::new()
-            .query(query)
-            .table_name(name.to_owned())
-            .to_owned()
-    };
-    let inp = input_table(
-        first,
-        &[(
-            "call_id",
-            "nextval(pg_get_serial_sequence('tool_calls', 'id'))",
-        )],
-    );
-
-    // The repositories' counters, locked in id order, then bumped once each.
-    let repositories = Query::select()
-        .column("repository_id")
-        .from(INPUT)
-        .to_owned();
-    let locked = Query::select()
-        .column(Repositories::Id)
-        .from(Repositories::Table)
-        .and_where(Expr::col(Repositories::Id).in_subquery(repositories))
-        .order_by(Repositories::Id, sea_query::Order::Asc)
-        .lock(sea_query::LockType::Update)
-        .to_owned();
-    let bump = Query::update()
-        .table(Repositories::Table)
-        .value(
-            Repositories::NextIssueIndex,
-            Expr::col((Repositories::Table, Repositories::NextIssueIndex)).add(input("repo_count")),
-        )
-        .from(INPUT)
-        .and_where(
-            Expr::col((Repositories::Table, Repositories::Id)).equals((INPUT, "repository_id")),
-        )
-        .and_where(input("repo_rank").eq(0))
-        .and_where(
-            Expr::col((Repositories::Table, Repositories::Id)).in_subquery(
-                Query::select()
-                    .column(Repositories::Id)
-                    .from("lk")
-                    .to_owned(),
-            ),
-        )
-        .returning(Query::returning().columns([
-            (Repositories::Table, Repositories::Id),
-            (Repositories::Table, Repositories::NextIssueIndex),
-        ]))
-        .to_owned();
-    // Each row's issue index: its repository's first new one, plus its rank.
-    let numbered = Query::select()
-        .column((INPUT, "n"))
-        .expr_as(
-            Expr::col(("ix", Repositories::NextIssueIndex))
-                .sub(input("repo_count"))
-                .add(input("repo_rank")),
-            "issue_index",
-        )
-        .from(INPUT)
-        .inner_join(
-            "ix",
-            Expr::col(("ix", Repositories::Id)).equals((INPUT, "repository_id")),
-        )
-        .to_owned();
-    let with_number = || {
-        Query::select()
-            .from(INPUT)
-            .inner_join("num", Expr::col(("num", "n")).equals((INPUT, "n")))
-            .to_owned()
-    };
-    let mut calls = Query::insert();
-    calls
-        .into_table(ToolCalls::Table)
-        .columns(std::iter::once(ToolCalls::Id).chain(CALL_COLUMNS.map(|(column, _)| column)))
-        .select_from(
-            Query::select()
-                .expr(input("call_id"))
-                .exprs(CALL_COLUMNS.map(|(_, name)| input(name)))
-                .from(INPUT)
-                .to_owned(),
-        )
-        .expect("seventeen columns, seventeen values");
-    let mut evaluations = Query::insert();
-    evaluations
-        .into_table(AdmissionEvaluations::Table)
-        .columns(EVALUATION_COLUMNS.map(|(column, _)| column))
-        .select_from(
-            Query::select()
-                .exprs(EVALUATION_COLUMNS.map(|(_, name)| input(name)))
-                .from(INPUT)
-                .to_owned(),
-        )
-        .expect("thirteen columns, thirteen values")
-        .returning(
-            Query::returning().columns([AdmissionEvaluations::Id, AdmissionEvaluations::GrantId]),
-        );
-    let index = Expr::col(("num", "issue_index"));
-    let mut issue = issue_from(input, index.clone(), with_number());
-    issue.returning(Query::returning().columns([
-        Issues::Id,
-        Issues::RepositoryId,
-        Issues::IssueIndex,
-    ]));
-    let mut source = with_number();
-    source
-        .inner_join(
-            "iss",
-            Expr::col(("iss", Issues::RepositoryId))
-                .equals((INPUT, "repository_id"))
-                .and(Expr::col(("iss", Issues::IssueIndex)).equals(("num", "issue_index"))),
-        )
-        .inner_join(
-            "ev",
-            Expr::col(("ev", AdmissionEvaluations::GrantId)).equals((INPUT, "grant_id")),
-        );
-    let mut receipt = receipt_from(
-        input,
-        (Expr::col(("iss", Issues::Id)), index.clone()),
-        Expr::col(("ev", AdmissionEvaluations::Id)),
-        input("call_id"),
-        source,
-    );
-    receipt.returning(Query::returning().columns([Submissions::Id, Submissions::GrantId]));
-    let mut counter = bump_counter(input);
-    counter.from(INPUT).returning_col(Grants::Id);
-    let data = created_data_in(input("request_key"), index.clone());
-    let mut event = event_from(input, data, with_number());
-    event.returning(Query::returning().columns([
-        Events::Id,
-        Events::RepositoryId,
-        Events::OccurredAt,
-    ]));
-    let mut subscribers = super::webhooks::subscribers(
-        Expr::col(("evt", Events::Id)),
-        Expr::val("submission.created"),
-        Expr::col(("evt", Events::RepositoryId)),
-        Expr::col(("evt", Events::OccurredAt)),
-    );
-    subscribers.from("evt");
-    let mut with = WithClause::new();
-    with.cte(inp)
-        .cte(cte("lk", locked.into()))
-        .cte(cte("ix", bump.into()))
-        .cte(cte("num", numbered.into()))
-        .cte(cte("au", calls.into()))
-        .cte(cte("ev", evaluations.into()))
-        .cte(cte("iss", issue.into()))
-        .cte(cte("sub", receipt.into()))
-        .cte(cte("g", counter.into()))
-        .cte(cte("evt", event.into()))
-        .cte(cte(
-            "dl",
-            super::webhooks::delivery_insert(subscribers).into(),
-        ));
-    let mut select = with_number();
-    select
-        .expr(Expr::col(("ev", AdmissionEvaluations::Id)))
-        .expr(Expr::col(("iss", Issues::Id)))
-        .expr(index)
-        .expr(Expr::col(("sub", Submissions::Id)))
-        .inner_join(
-            "ev",
-            Expr::col(("ev", AdmissionEvaluations::GrantId)).equals((INPUT, "grant_id")),
-        )
-        .inner_join(
-            "iss",
-            Expr::col(("iss", Issues::RepositoryId))
-                .equals((INPUT, "repository_id"))
-                .and(Expr::col(("iss", Issues::IssueIndex)).equals(("num", "issue_index"))),
-        )
-        .inner_join(
-            "sub",
-            Expr::col(("sub", Submissions::GrantId)).equals((INPUT, "grant_id")),
-        )
-        .inner_join(
-            "g",
-            Expr::col(("g", Grants::Id)).equals((INPUT, "grant_id")),
-        )
-        .order_by((INPUT, "n"), sea_query::Order::Asc);
-    select.with(with)
 }

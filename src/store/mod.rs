@@ -21,7 +21,6 @@ pub mod policy;
 pub mod principals;
 pub mod reports;
 pub mod repos;
-pub mod rows;
 pub mod schema;
 pub mod seal;
 pub mod sessions;

@@ -304,14 +304,6 @@ pub async fn rotate_secret(
 /// those types; one with repository rows matches only events of a
 /// repository it names (`owner/*` or `owner/name`).
 pub fn enqueue(event: Expr, kind: Expr, repository: Expr, now: Expr) -> InsertStatement {
-    delivery_insert(subscribers(event, kind, repository, now))
-}
-
-/// The delivery rows of an event: the subscription, `event`, pending, no
-/// attempt, due `now`, for each enabled subscription whose filters match
-/// an event of type `kind` on `repository` (see [`enqueue`]). Another
-/// table may be added to its `FROM` for the values' columns.
-pub fn subscribers(event: Expr, kind: Expr, repository: Expr, now: Expr) -> SelectStatement {
     use WebhookSubscriptionRepos as R;
     use WebhookSubscriptionTypes as T;
     use WebhookSubscriptions as S;
@@ -365,7 +357,7 @@ pub fn subscribers(event: Expr, kind: Expr, repository: Expr, now: Expr) -> Sele
         }
         q.to_owned()
     };
-    Query::select()
+    let select = Query::select()
         .expr(subscription.clone())
         .expr(event)
         .expr(Expr::val("pending"))
@@ -386,11 +378,7 @@ pub fn subscribers(event: Expr, kind: Expr, repository: Expr, now: Expr) -> Sele
                 .add(Expr::exists(repos(false)).not())
                 .add(Expr::exists(repos(true))),
         )
-        .to_owned()
-}
-
-/// The insert of the deliveries `select` makes (see [`subscribers`]).
-pub fn delivery_insert(select: SelectStatement) -> InsertStatement {
+        .to_owned();
     use WebhookDeliveries as D;
     Query::insert()
         .into_table(D::Table)
