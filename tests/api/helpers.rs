@@ -192,7 +192,38 @@ pub struct TestApp {
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.server.abort();
+        for dir in scratch_dirs(&self.writ.ctx().config) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
+}
+
+/// The scratch directories a test's config names (a signing key's, an
+/// archive directory): `writ-*` directories directly in the system's
+/// temporary directory, removed with the app.
+fn scratch_dirs(config: &writ::Config) -> Vec<std::path::PathBuf> {
+    let temp = std::env::temp_dir();
+    let key_dir = config
+        .audit
+        .signing_key_file
+        .as_deref()
+        .and_then(|file| std::path::Path::new(file).parent().map(|d| d.to_path_buf()));
+    let archive_dir = config
+        .audit
+        .archive_dir
+        .as_deref()
+        .map(std::path::PathBuf::from);
+    key_dir
+        .into_iter()
+        .chain(archive_dir)
+        .filter(|dir| {
+            dir.parent() == Some(temp.as_path())
+                && dir
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("writ-"))
+        })
+        .collect()
 }
 
 /// A second Writ serving the same database as a [`TestApp`], as another
