@@ -39,16 +39,6 @@ async fn seals(db: &mut SqlConn) -> Vec<(i64, i64, Vec<i64>)> {
     .collect()
 }
 
-async fn count(db: &mut SqlConn, sql: &str) -> i64 {
-    db.text_rows(&format!("SELECT CAST(({sql}) AS TEXT)"))
-        .await
-        .remove(0)[0]
-        .as_deref()
-        .expect("a count")
-        .parse()
-        .expect("number")
-}
-
 /// Runs `writ ARGS` without a database.
 async fn offline(args: &[&str]) -> (bool, String) {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_writ"));
@@ -147,7 +137,7 @@ async fn an_archive_deletes_only_what_it_verified_and_verifies_offline(app: Test
     }
     let sealed = seals(&mut db).await;
     assert!(sealed.len() >= 4, "{sealed:?}");
-    let all = count(&mut db, "SELECT count(*) FROM tool_calls").await;
+    let all = db.integer("SELECT count(*) FROM tool_calls").await;
 
     // The database lets no record go but through an archive of its seal.
     let first = sealed[0].2[0];
@@ -185,11 +175,8 @@ async fn an_archive_deletes_only_what_it_verified_and_verifies_offline(app: Test
         .expect_err("a record of a seal the archive does not hold");
     assert!(refused.contains("deleted only by the archive"), "{refused}");
     db.execute("ROLLBACK").await.expect("rollback");
-    assert_eq!(count(&mut db, "SELECT count(*) FROM tool_calls").await, all);
-    assert_eq!(
-        count(&mut db, "SELECT count(*) FROM audit_archives").await,
-        0
-    );
+    assert_eq!(db.integer("SELECT count(*) FROM tool_calls").await, all);
+    assert_eq!(db.integer("SELECT count(*) FROM audit_archives").await, 0);
     if app.backend == Backend::Postgres {
         let refused = db
             .execute("TRUNCATE tool_calls")
@@ -234,18 +221,15 @@ async fn an_archive_deletes_only_what_it_verified_and_verifies_offline(app: Test
     );
     let gone: Vec<i64> = sealed[0].2.iter().chain(&sealed[1].2).copied().collect();
     assert_eq!(
-        count(
-            &mut db,
-            &format!(
-                "SELECT count(*) FROM tool_calls WHERE id IN ({})",
-                ids_sql(&gone)
-            )
-        )
+        db.integer(&format!(
+            "SELECT count(*) FROM tool_calls WHERE id IN ({})",
+            ids_sql(&gone)
+        ))
         .await,
         0
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM tool_calls").await,
+        db.integer("SELECT count(*) FROM tool_calls").await,
         all - archived
     );
     // The seals stay; their lists of record ids and leaf hashes went with
@@ -327,7 +311,7 @@ async fn an_archive_deletes_only_what_it_verified_and_verifies_offline(app: Test
     assert!(ok && text.contains("(3 archived)"), "{text}");
     // SQLite keeps its newest record (ids are never given twice).
     let last = sealed.last().expect("a seal").0;
-    let newest = count(&mut db, "SELECT max(id) FROM tool_calls").await;
+    let newest = db.integer("SELECT max(id) FROM tool_calls").await;
     let newest_sealed = *sealed.last().unwrap().2.last().unwrap();
     if app.backend == Backend::Sqlite && newest == newest_sealed {
         let (ok, text) = archive_through(&url, last, &dir.join("newest.jsonl.zst")).await;
@@ -455,11 +439,9 @@ async fn retention_archives_on_the_sealers_schedule(app: TestApp) {
     // archived within a few rounds.
     let mut archived = 0;
     for _ in 0..100 {
-        archived = count(
-            &mut db,
-            "SELECT coalesce(max(through_seal), 0) FROM audit_archives",
-        )
-        .await;
+        archived = db
+            .integer("SELECT coalesce(max(through_seal), 0) FROM audit_archives")
+            .await;
         if archived >= 2 {
             break;
         }
@@ -487,7 +469,7 @@ async fn retention_archives_on_the_sealers_schedule(app: TestApp) {
     let (ok, text) = verify(&url).await;
     assert!(ok, "{text}");
     if app.backend == Backend::Sqlite {
-        assert!(count(&mut db, "SELECT count(*) FROM tool_calls").await >= 1);
+        assert!(db.integer("SELECT count(*) FROM tool_calls").await >= 1);
     }
     db.close().await;
 }

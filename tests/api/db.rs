@@ -102,6 +102,18 @@ impl SqlConn {
         }
     }
 
+    /// The integer a scalar query gives (a count, a sum).
+    pub async fn integer(&mut self, sql: &str) -> i64 {
+        let rows = self
+            .text_rows(&format!("SELECT CAST(({sql}) AS TEXT)"))
+            .await;
+        let text = rows[0][0]
+            .as_deref()
+            .unwrap_or_else(|| panic!("{sql}: NULL"));
+        text.parse()
+            .unwrap_or_else(|e| panic!("{sql}: {text:?} is not an integer: {e}"))
+    }
+
     /// Runs one statement; the rows it changed, or the error text.
     pub async fn execute(&mut self, sql: &str) -> Result<u64, String> {
         let sql = AssertSqlSafe(sql.to_owned());

@@ -207,10 +207,7 @@ async fn saturated_hashing_answers_503_with_retry_after(app: TestApp) {
 }
 
 async fn count(conn: &mut SqlConn, sql: &str) -> i64 {
-    let rows = conn
-        .text_rows(&format!("SELECT CAST(COUNT(*) AS TEXT) FROM {sql}"))
-        .await;
-    rows[0][0].as_deref().unwrap().parse().unwrap()
+    conn.integer(&format!("SELECT COUNT(*) FROM {sql}")).await
 }
 
 both_backends!(pre_login_rows_stay_bounded, |config: &mut writ::Config| {

@@ -213,9 +213,9 @@ fn scratch_dirs(config: &writ::Config) -> Vec<std::path::PathBuf> {
         .archive_dir
         .as_deref()
         .map(std::path::PathBuf::from);
-    key_dir
+    [key_dir, archive_dir]
         .into_iter()
-        .chain(archive_dir)
+        .flatten()
         .filter(|dir| {
             dir.parent() == Some(temp.as_path())
                 && dir

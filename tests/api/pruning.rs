@@ -7,10 +7,7 @@ use crate::db::SqlConn;
 use crate::helpers::{Auth, TestApp};
 
 async fn count(conn: &mut SqlConn, table: &str) -> i64 {
-    let rows = conn
-        .text_rows(&format!("SELECT CAST(COUNT(*) AS TEXT) FROM {table}"))
-        .await;
-    rows[0][0].as_deref().unwrap().parse().unwrap()
+    conn.integer(&format!("SELECT COUNT(*) FROM {table}")).await
 }
 
 both_backends!(
